@@ -1,0 +1,6 @@
+"""slurmtower: a control tower for Slurm clusters."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]

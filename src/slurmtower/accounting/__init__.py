@@ -1,0 +1,1 @@
+"""slurmtower.accounting."""

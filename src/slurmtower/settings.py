@@ -1,0 +1,270 @@
+"""slurmtower's configuration: one settings object built at start-up, never at import.
+
+Sources, lowest to highest precedence: defaults, one TOML or YAML file
+(``--config`` or ``$SLURMTOWER_CONFIG``), environment variables ``SLURMTOWER_<SECTION>__<KEY>``
+(e.g. ``SLURMTOWER_API__PORT=8080``). Unknown keys are an error naming the key. Secrets are
+:class:`~pydantic.SecretStr` and are masked by :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from slurmtower.errors import ConfigError
+
+__all__ = [
+    "AccountingSettings",
+    "ApiSettings",
+    "ArchiverSettings",
+    "AuthSettings",
+    "EventSettings",
+    "Settings",
+    "SlurmSettings",
+    "TokenEntry",
+    "describe",
+    "load_settings",
+]
+
+ENV_PREFIX = "SLURMTOWER_"
+DEFAULT_STATE_DIR = Path("/var/lib/slurmtower")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SlurmSettings(_Section):
+    backend: Literal["cli", "rest"] = "cli"
+    """Where reads come from: the Slurm commands, or slurmrestd. Writes always use the CLI
+    where slurmrestd cannot do them."""
+    slurm_conf: Path | None = None
+    """SLURM_CONF handed to every Slurm command (default: Slurm's own default)."""
+    bin_dir: Path | None = None
+    """Directory of the Slurm commands (default: PATH)."""
+    slurm_user: str = "slurm"
+    """SlurmUser: the only user that may set triggers."""
+    command_timeout: float = 30.0
+    rest_url: str | None = None
+    """slurmrestd base URL, e.g. http://127.0.0.1:6820 or unix:/run/slurmrestd/slurmrestd.socket."""
+    rest_user: str = "root"
+    rest_token: SecretStr | None = None
+    """A JWT for slurmrestd (X-SLURM-USER-TOKEN)."""
+    rest_jwt_key_file: Path | None = None
+    """Instead of a fixed token: the HS256 key file to mint short-lived tokens from."""
+
+
+class AccountingSettings(_Section):
+    url: SecretStr | None = None
+    """SQLAlchemy URL of slurmdbd's database, e.g. mysql+pymysql://reader:pw@127.0.0.1/slurm_acct_db."""
+    cluster: str | None = None
+    """Cluster whose tables to read (default: the Slurm cluster name)."""
+    job_table: str | None = None
+    assoc_table: str | None = None
+    step_table: str | None = None
+    connect_timeout: float = 5.0
+    query_timeout: float = 10.0
+
+
+class ApiSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8642, ge=1, le=65535)
+    serve_index: bool = False
+    refresh_interval: float = Field(default=2.0, gt=0)
+    """At most one Slurm query per resource per this many seconds, whatever the client count."""
+    slurm_wait: float = Field(default=10.0, gt=0)
+    """How long a request waits for Slurm before answering 503."""
+    serve_stale: bool = False
+    """When Slurm does not answer, serve the last snapshot marked stale instead of a 503."""
+    hidden_partitions: list[str] = Field(default_factory=list)
+    """Partitions hidden everywhere: /queue, /nodes, /usage, /history, /partitions."""
+    workers: int = Field(default=1, ge=1)
+
+
+class ArchiverSettings(_Section):
+    archive_usage_load: bool = True
+    archive_wait_time: float = Field(default=60.0, gt=0)
+    retention_days: float = Field(default=30.0, gt=0)
+    max_backoff: float = Field(default=300.0, gt=0)
+
+
+class EventSettings(_Section):
+    poll_interval: float = Field(default=1.0, gt=0)
+    retention_days: float = Field(default=90.0, gt=0)
+    callback_host: str = "127.0.0.1"
+    """Host the notify program posts to (the sensor's receiver)."""
+    key_file: Path | None = None
+    """HMAC key shared by the notify program and the receiver; readable by SlurmUser only.
+    Default: <state_dir>/sensor.key."""
+    max_clock_skew: float = 60.0
+    job_triggers: list[int] = Field(default_factory=list)
+    rules_dir: Path | None = None
+    webhook_secret: SecretStr | None = None
+
+
+class TokenEntry(_Section):
+    name: str
+    role: Literal["reader", "operator", "admin"]
+    sha256: str
+    """Hex SHA-256 of the token (``slurmtower token create`` prints the entry)."""
+
+
+class AuthSettings(_Section):
+    tokens: list[TokenEntry] = Field(default_factory=list)
+    anonymous_read: bool = False
+    jwt_key: SecretStr | None = None
+    jwt_jwks_url: str | None = None
+    jwt_algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256"])
+    jwt_audience: str | None = None
+    jwt_role_claim: str = "role"
+    trigger_program_allowlist: list[str] = Field(default_factory=list)
+    login_failures_per_minute: int = 10
+
+
+class Settings(_Section):
+    cluster_name: str | None = None
+    """The Slurm cluster name (default: read from Slurm's config)."""
+    state_dir: Path = DEFAULT_STATE_DIR
+    store_url: SecretStr | None = None
+    """slurmtower's own store (events, audit, archive). Default: sqlite under state_dir."""
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    accounting: AccountingSettings = Field(default_factory=AccountingSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    archiver: ArchiverSettings = Field(default_factory=ArchiverSettings)
+    events: EventSettings = Field(default_factory=EventSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _abs(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    def effective_store_url(self) -> str:
+        if self.store_url is not None:
+            return self.store_url.get_secret_value()
+        return f"sqlite:///{self.state_dir / 'slurmtower.db'}"
+
+    def effective_key_file(self) -> Path:
+        return self.events.key_file or self.state_dir / "sensor.key"
+
+    def slurm_env(self) -> dict[str, str]:
+        """Environment for Slurm commands."""
+        env: dict[str, str] = {}
+        if self.slurm.slurm_conf:
+            env["SLURM_CONF"] = str(self.slurm.slurm_conf)
+        if self.slurm.bin_dir:
+            env["PATH"] = f"{self.slurm.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix in {".yaml", ".yml"}:
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path} does not parse: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == f"{ENV_PREFIX}CONFIG":
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split("__")
+        cur = out
+        for part in path[:-1]:
+            cur = cur.setdefault(part, {})
+        leaf: Any = value
+        if value.startswith(("[", "{")):
+            try:
+                leaf = yaml.safe_load(value)
+            except yaml.YAMLError:
+                leaf = value
+        cur[path[-1]] = leaf
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _sources(file_data: dict[str, Any], env_data: dict[str, Any]) -> dict[str, str]:
+    src: dict[str, str] = {}
+
+    def walk(d: dict[str, Any], prefix: str, label: str) -> None:
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                walk(v, key + ".", label)
+            else:
+                src[key] = label
+
+    walk(file_data, "", "file")
+    walk(env_data, "", "env")
+    return src
+
+
+def load_settings(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Build the settings from defaults, the config file and the environment.
+
+    Raises :class:`ConfigError` naming the unknown or invalid key.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    cfg_path = path or environ.get(f"{ENV_PREFIX}CONFIG")
+    file_data = _read_file(Path(cfg_path)) if cfg_path else {}
+    env_data = _env_overrides(environ)
+    try:
+        settings = Settings.model_validate(_merge(file_data, env_data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown config key {loc!r}", key=loc) from exc
+        raise ConfigError(f"invalid config value for {loc!r}: {err['msg']}", key=loc) from exc
+    object.__setattr__(settings, "_sources", _sources(file_data, env_data))
+    object.__setattr__(settings, "_path", str(cfg_path) if cfg_path else None)
+    return settings
+
+
+def describe(settings: Settings) -> list[tuple[str, str, str]]:
+    """(key, value, source) for every setting, secrets masked."""
+    sources: dict[str, str] = getattr(settings, "_sources", {})
+    rows: list[tuple[str, str, str]] = []
+
+    def walk(model: BaseModel, prefix: str) -> None:
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            key = f"{prefix}{name}"
+            if isinstance(value, BaseModel):
+                walk(value, key + ".")
+                continue
+            if isinstance(value, SecretStr):
+                shown = "**********"
+            elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+                shown = repr([v.model_dump(exclude={"sha256"}) for v in value])
+            else:
+                shown = "" if value is None else str(value)
+            rows.append((key, shown, sources.get(key, "default")))
+
+    walk(settings, "")
+    return rows
