@@ -1,1 +1,7 @@
-"""slurmtower.cli."""
+"""The ``slurmtower`` command line: a thin adapter over the library."""
+
+from __future__ import annotations
+
+from slurmtower.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,47 @@
+# slurmtower: `make run` starts the service (on a local Slurm cluster if none is configured),
+# `make test` runs the whole test suite against the local cluster. Both work on a fresh
+# Debian 12 machine as root.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv run test lint bench cluster-up cluster-down clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null || (apt-get update -qq && apt-get install -y -q python3 python3-venv)
+	@$(PY) -c 'import venv, ensurepip' 2>/dev/null || (apt-get update -qq && apt-get install -y -q python3-venv)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+cluster-up: $(STAMP)
+	$(BIN)/slurmtower devcluster up
+
+cluster-down: $(STAMP)
+	$(BIN)/slurmtower devcluster down
+
+# Run the service. With no Slurm configured (no SLURM_CONF, no /etc/slurm/slurm.conf), bring up
+# the local cluster and use it.
+run: $(STAMP)
+	@if [ -z "$$SLURM_CONF" ] && [ ! -f /etc/slurm/slurm.conf ]; then \
+	  $(BIN)/slurmtower devcluster up && eval "$$($(BIN)/slurmtower devcluster env)" && \
+	  exec $(BIN)/slurmtower serve; \
+	else exec $(BIN)/slurmtower serve; fi
+
+test: $(STAMP)
+	bash scripts/test.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/slurmtower devcluster up
+	eval "$$($(BIN)/slurmtower devcluster env)" && for b in bench/*.py; do $(BIN)/python $$b; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

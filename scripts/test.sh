@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command behind `make test`: local cluster up, lint, then the whole suite against it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+t0=$(date +%s)
+$BIN/slurmtower devcluster up
+eval "$($BIN/slurmtower devcluster env)"
+# Browser tests need Debian's Chromium (Playwright drives it; it never downloads a browser).
+if ! command -v chromium >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+fi
+$BIN/ruff check src tests bench
+$BIN/mypy
+$BIN/pytest "$@"
+echo "make test took $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,66 @@
+"""Typer application and the one place where library errors become exit codes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from slurmtower.errors import SlurmtowerError
+
+__all__ = ["app", "fail", "main"]
+
+app = typer.Typer(
+    name="slurmtower",
+    help="A control tower for Slurm clusters: actions, node events, rules and a REST API.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one readable line on stderr and exit with ``code``."""
+    typer.echo(f"slurmtower: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _register() -> None:
+    # Sub-command modules register themselves on `app` when imported.
+    import slurmtower.cli.devcluster  # noqa: F401
+    import slurmtower.cli.misc  # noqa: F401
+
+    for name in ("actions", "events", "api", "auth"):
+        try:
+            __import__(f"slurmtower.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"slurmtower.cli.{name}":
+                raise
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the console script: maps every library error to an exit code + one line."""
+    _register()
+    command: Callable[..., Any] = typer.main.get_command(app)
+    try:
+        return command.main(args=argv, prog_name="slurmtower", standalone_mode=False)
+    except SlurmtowerError as exc:
+        typer.echo(f"slurmtower: error: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("slurmtower: aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.UsageError):
+            typer.echo(f"slurmtower: error: {exc.format_message()}", err=True)
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.ClickException):
+            typer.echo(f"slurmtower: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,82 @@
+"""``slurmtower devcluster``: the local real Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from slurmtower.cli.app import app
+from slurmtower.devcluster import DEFAULT_DIR, DevCluster
+
+__all__ = ["devcluster_app"]
+
+devcluster_app = typer.Typer(help="A real local Slurm cluster (Debian's Slurm 22.05) for tests and demos.",
+                             no_args_is_help=True)
+app.add_typer(devcluster_app, name="devcluster")
+
+DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its config and state.",
+                                      envvar="SLURMTOWER_DEVCLUSTER_DIR")]
+
+
+def _cluster(root: Path, quiet: bool = False) -> DevCluster:
+    return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo)
+
+
+@devcluster_app.command()
+def up(
+    root: DirOpt = DEFAULT_DIR,
+    fresh: Annotated[bool, typer.Option(help="Wipe Slurm state and the accounting DB first.")] = False,
+    own_mariadb: Annotated[bool, typer.Option(help="Start a private MariaDB even if one runs.")] = False,
+) -> None:
+    """Install what is missing and start the cluster (a quick no-op when it runs)."""
+    _cluster(root).up(fresh=fresh, own_mariadb=own_mariadb)
+
+
+@devcluster_app.command()
+def down(root: DirOpt = DEFAULT_DIR) -> None:
+    """Stop the daemons the devcluster started."""
+    _cluster(root).down()
+
+
+@devcluster_app.command()
+def status(root: DirOpt = DEFAULT_DIR,
+           output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
+    """Show the daemons and node states."""
+    st = _cluster(root, quiet=True).status()
+    if output == "json":
+        typer.echo(json.dumps(st, indent=2))
+        return
+    typer.echo(f"cluster {st['cluster']} in {st['dir']}: {'UP' if st['up'] else 'DOWN'}")
+    for name, pid in dict(st["daemons"]).items():  # type: ignore[call-overload]
+        typer.echo(f"  {name:<12} {'pid ' + str(pid) if pid else 'not running'}")
+    for node, state in dict(st["nodes"]).items():  # type: ignore[call-overload]
+        typer.echo(f"  node {node}: {state}")
+    if not st["up"]:
+        raise typer.Exit(3)
+
+
+@devcluster_app.command()
+def env(root: DirOpt = DEFAULT_DIR) -> None:
+    """Print shell exports: eval "$(slurmtower devcluster env)"."""
+    typer.echo(_cluster(root, quiet=True).env_exports(), nl=False)
+
+
+@devcluster_app.command("fail-node")
+def fail_node(node: str, root: DirOpt = DEFAULT_DIR) -> None:
+    """Kill NODE's slurmd (SIGKILL): Slurm marks it DOWN within ~12 s."""
+    _cluster(root).fail_node(node)
+
+
+@devcluster_app.command("restore-node")
+def restore_node(node: str, root: DirOpt = DEFAULT_DIR) -> None:
+    """Start NODE's slurmd again."""
+    _cluster(root).restore_node(node)
+
+
+@devcluster_app.command("sample-jobs")
+def sample_jobs(root: DirOpt = DEFAULT_DIR) -> None:
+    """Submit jobs ending COMPLETED, FAILED, CANCELLED, TIMEOUT, plus one PENDING and one RUNNING."""
+    typer.echo(json.dumps(_cluster(root, quiet=True).submit_sample_jobs().as_dict()))

@@ -1,0 +1,40 @@
+"""Small commands: version, config show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from slurmtower import __version__
+from slurmtower.cli.app import app
+from slurmtower.settings import describe, load_settings
+
+__all__ = ["config_app"]
+
+config_app = typer.Typer(help="Inspect slurmtower's configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
+                                                envvar="SLURMTOWER_CONFIG")]
+
+
+@app.command()
+def version() -> None:
+    """Print slurmtower's version."""
+    typer.echo(__version__)
+
+
+@config_app.command("show")
+def config_show(config: ConfigOpt = None,
+                output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
+    """Print the effective configuration, where each value came from, secrets masked."""
+    rows = describe(load_settings(config))
+    if output == "json":
+        typer.echo(json.dumps({k: {"value": v, "source": s} for k, v, s in rows}, indent=2))
+        return
+    width = max(len(k) for k, _, _ in rows)
+    for key, value, source in rows:
+        typer.echo(f"{key:<{width}}  {value}  ({source})")

@@ -1,0 +1,686 @@
+"""A real local Slurm cluster for tests and demos: Debian's Slurm 22.05 on loopback.
+
+munged -> MariaDB -> slurmdbd -> slurmctld -> one slurmd per node (``slurmd -N nX``, each on
+its own port) -> accounts -> slurmrestd (JWT). Everything it writes lives under its own
+directory (default ``/var/lib/slurmtower/devcluster``); it never touches ``/etc/slurm``.
+It records which daemons it started, and :meth:`DevCluster.down` stops only those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmtower.errors import ConfigError, SlurmError, SlurmtowerError
+from slurmtower.slurm.runner import CommandRunner
+
+__all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs"]
+
+DEFAULT_DIR = Path(os.environ.get("SLURMTOWER_DEVCLUSTER_DIR", "/var/lib/slurmtower/devcluster"))
+
+PACKAGES = [
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "slurmdbd",
+    "slurm-wlm-mysql-plugin",
+    "slurm-wlm-basic-plugins",
+    "munge",
+    "slurmrestd",
+    "slurm-wlm-jwt-plugin",
+]
+NODES = ["n1", "n2", "n3", "n4"]
+ACCOUNTS = {"physics": ["alice", "bob", "root"], "chemistry": ["bob"]}
+USERS = ["alice", "bob"]
+SYSTEM_MUNGE_PID = Path("/run/munge/munged.pid")
+
+
+class DevClusterError(SlurmtowerError):
+    exit_code = 1
+    title = "devcluster error"
+
+
+@dataclass(frozen=True)
+class SampleJobs:
+    """Job ids of the sample jobs, by the state each one ends in."""
+
+    completed: int
+    failed: int
+    cancelled: int
+    timeout: int
+    pending: int
+    running: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, step: float = 0.1) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except (OSError, SlurmError):
+            pass
+        if time.monotonic() > end:
+            raise DevClusterError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(step)
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours is not alive
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+@dataclass
+class DevCluster:
+    """The local cluster rooted at ``root``; ``port_base`` shifts every port."""
+
+    root: Path = DEFAULT_DIR
+    cluster_name: str = "tower"
+    port_base: int = 26800
+    runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=120))
+    log: Callable[[str], None] = print
+
+    # -- layout -----------------------------------------------------------------------
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def tower_conf(self) -> Path:
+        return self.etc / "slurmtower.toml"
+
+    @property
+    def jwt_key(self) -> Path:
+        return self.etc / "jwt_hs256.key"
+
+    @property
+    def ctld_port(self) -> int:
+        return self.port_base + 17
+
+    @property
+    def dbd_port(self) -> int:
+        return self.port_base + 19
+
+    @property
+    def rest_port(self) -> int:
+        return self.port_base + 20
+
+    @property
+    def api_port(self) -> int:
+        return self.port_base + 42
+
+    @property
+    def own_mariadb_port(self) -> int:
+        return self.port_base + 6
+
+    def node_port(self, node: str) -> int:
+        return self.port_base + 100 + int(node.lstrip("n"))
+
+    @property
+    def db_name(self) -> str:
+        return f"st_acct_{self.cluster_name}"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "started.json"
+
+    def _state(self) -> dict[str, object]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _save_state(self, **kv: object) -> None:
+        state = self._state()
+        state.update(kv)
+        self.state_file.write_text(json.dumps(state, indent=1))
+
+    def slurm_env(self) -> dict[str, str]:
+        """A clean environment for the daemons (it leaks into trigger programs)."""
+        return {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "SLURM_CONF": str(self.slurm_conf),
+            "LANG": "C.UTF-8",
+        }
+
+    def _cmd(self) -> CommandRunner:
+        return CommandRunner(timeout=self.runner.timeout, env={"SLURM_CONF": str(self.slurm_conf)})
+
+    # -- public -----------------------------------------------------------------------
+    def env_exports(self) -> str:
+        """Shell exports that point Slurm's commands and slurmtower at this cluster."""
+        return (
+            f"export SLURM_CONF={self.slurm_conf}\n"
+            f"export SLURMTOWER_CONFIG={self.tower_conf}\n"
+            f"export SLURMTOWER_DEVCLUSTER_DIR={self.root}\n"
+        )
+
+    def is_up(self) -> bool:
+        if _read_pid(self.run_dir / "slurmctld.pid") is None:
+            return False
+        try:
+            out = self._cmd().run(["scontrol", "ping"], timeout=10).stdout
+        except SlurmError:
+            return False
+        return "UP" in out
+
+    def up(self, *, fresh: bool = False, own_mariadb: bool = False) -> float:
+        """Bring the cluster up (idempotent). Returns the seconds it took."""
+        t0 = time.monotonic()
+        if os.geteuid() != 0:
+            raise DevClusterError("devcluster up must run as root (it starts Slurm's daemons)")
+        self.install_packages(own_mariadb=own_mariadb)
+        if fresh:
+            if self.is_up():
+                raise DevClusterError("the cluster is running: `slurmtower devcluster down` first")
+            self._wipe()
+        elif self.is_up() and all(
+            _read_pid(self.run_dir / f"slurmd-{n}.pid") for n in NODES
+        ) and self._rest_alive():
+            self.log(f"devcluster {self.cluster_name} already up ({time.monotonic() - t0:.2f} s)")
+            return time.monotonic() - t0
+        self._prepare(own_mariadb=own_mariadb)
+        self._start_munge()
+        self._start_mariadb(own=own_mariadb)
+        self._start_slurmdbd()
+        self._start_slurmctld()
+        self._start_slurmds()
+        self._ensure_accounts()
+        self._start_slurmrestd()
+        self._wait_idle()
+        took = time.monotonic() - t0
+        self.log(f"devcluster {self.cluster_name} up in {took:.1f} s: {self.slurm_conf}")
+        return took
+
+    def down(self) -> None:
+        """Stop the daemons this devcluster started, newest first."""
+        state = self._state()
+        pids: list[tuple[str, int | None]] = [("slurmrestd", _read_pid(self.run_dir / "slurmrestd.pid"))]
+        pids += [(f"slurmd {n}", _read_pid(self.run_dir / f"slurmd-{n}.pid")) for n in NODES]
+        self._stop(pids)
+        self._stop([("slurmctld", _read_pid(self.run_dir / "slurmctld.pid"))])
+        self._stop([("slurmdbd", _read_pid(self.run_dir / "slurmdbd.pid"))])
+        if state.get("own_mariadb"):
+            self._stop([("mariadbd", _read_pid(self.run_dir / "mariadbd.pid"))])
+        if state.get("started_munge"):
+            self._stop([("munged", _read_pid(SYSTEM_MUNGE_PID))])
+            self._save_state(started_munge=False)
+        self.log(f"devcluster {self.cluster_name} stopped")
+
+    def status(self) -> dict[str, object]:
+        daemons: dict[str, int | None] = {
+            "slurmctld": _read_pid(self.run_dir / "slurmctld.pid"),
+            "slurmdbd": _read_pid(self.run_dir / "slurmdbd.pid"),
+            "slurmrestd": _read_pid(self.run_dir / "slurmrestd.pid"),
+            "munged": _read_pid(SYSTEM_MUNGE_PID),
+        }
+        for n in NODES:
+            daemons[f"slurmd-{n}"] = _read_pid(self.run_dir / f"slurmd-{n}.pid")
+        nodes: dict[str, str] = {}
+        if daemons["slurmctld"]:
+            try:
+                out = self._cmd().run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10).stdout
+                nodes = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+            except SlurmError as exc:
+                nodes = {"error": exc.message}
+        return {
+            "dir": str(self.root),
+            "cluster": self.cluster_name,
+            "up": self.is_up(),
+            "daemons": daemons,
+            "nodes": nodes,
+            "slurmrestd": f"http://127.0.0.1:{self.rest_port}",
+        }
+
+    def fail_node(self, node: str) -> None:
+        """Kill a node's slurmd with SIGKILL: slurmctld marks it DOWN within ~12 s."""
+        self._check_node(node)
+        pid = _read_pid(self.run_dir / f"slurmd-{node}.pid")
+        if pid is None:
+            raise DevClusterError(f"slurmd of {node} is not running")
+        os.kill(pid, signal.SIGKILL)
+        _wait(f"slurmd {node} to die", lambda: not _pid_alive(pid), 5)
+
+    def restore_node(self, node: str) -> None:
+        """Start a node's slurmd again; ReturnToService=1 brings it back to service."""
+        self._check_node(node)
+        if _read_pid(self.run_dir / f"slurmd-{node}.pid") is None:
+            (self.run_dir / f"slurmd-{node}.pid").unlink(missing_ok=True)
+            self._spawn_daemon(["/usr/sbin/slurmd", "-N", node])
+            _wait(f"slurmd {node}", lambda: _port_open(self.node_port(node)), 10)
+
+    def submit_sample_jobs(self) -> SampleJobs:
+        """Submit jobs that end COMPLETED, FAILED, CANCELLED and TIMEOUT, one PENDING, one RUNNING.
+
+        The TIMEOUT job needs 60-90 s to end (Slurm checks limits every 30 s); the
+        CANCELLED one is cancelled once it runs.
+        """
+
+        def sbatch(user: str, *args: str) -> int:
+            argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]
+            out = self._cmd().run(argv, as_user=None if user == "root" else user, timeout=30).stdout
+            return int(out.strip().split(";")[0])
+
+        jobs = SampleJobs(
+            timeout=sbatch("alice", "-J", "sample-timeout", "-A", "physics", "-p", "short", "-t", "1",
+                           "--wrap", "sleep 600"),
+            completed=sbatch("alice", "-J", "sample-ok", "-A", "physics", "-p", "batch", "-t", "5",
+                             "--wrap", "sleep 1"),
+            failed=sbatch("bob", "-J", "sample-fail", "-A", "chemistry", "-p", "debug", "-t", "5",
+                          "--wrap", "echo bad >&2; exit 3"),
+            cancelled=sbatch("bob", "-J", "sample-cancel", "-A", "physics", "-p", "debug", "-t", "5",
+                             "--wrap", "sleep 600"),
+            pending=sbatch("root", "-J", "sample-held", "-A", "physics", "-p", "debug", "-t", "5",
+                           "--hold", "--wrap", "sleep 1"),
+            running=sbatch("alice", "-J", "sample-run", "-A", "physics", "-p", "debug", "-t", "60",
+                           "--wrap", "sleep 3000"),
+        )
+
+        def running(job: int) -> bool:
+            out = self._cmd().run(["squeue", "-h", "-j", str(job), "-o", "%T"], timeout=10).stdout
+            return out.strip() == "RUNNING"
+
+        _wait(f"job {jobs.cancelled} to run", lambda: running(jobs.cancelled), 30, 0.3)
+        self._cmd().run(["scancel", str(jobs.cancelled)], timeout=10)
+        return jobs
+
+    # -- steps ------------------------------------------------------------------------
+    def install_packages(self, *, own_mariadb: bool = False) -> None:
+        """apt-get install what is missing (never slurm-wlm-emulator)."""
+        wanted = list(PACKAGES)
+        if own_mariadb or not self._system_mariadb_alive():
+            if not Path("/usr/sbin/mariadbd").exists():
+                wanted += ["mariadb-server"]
+        missing = [p for p in wanted if not self._installed(p)]
+        if missing:
+            self.log(f"installing Debian packages: {' '.join(missing)}")
+            env = {"DEBIAN_FRONTEND": "noninteractive"}
+            runner = CommandRunner(timeout=900, env=env)
+            runner.run(["apt-get", "update", "-qq"])
+            runner.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing])
+        # A previously installed emulator flips these alternatives to a front-end build.
+        for name in ("slurmd", "slurmctld", "slurmstepd"):
+            target = Path(f"/usr/sbin/{name}-wlm")
+            if target.exists() and Path(f"/etc/alternatives/{name}").exists():
+                self.runner.run(["update-alternatives", "--set", name, str(target)], check=False)
+
+    @staticmethod
+    def _installed(package: str) -> bool:
+        proc = subprocess.run(  # noqa: S603
+            ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+        )
+        return proc.returncode == 0 and "install ok installed" in proc.stdout
+
+    def _system_mariadb_alive(self) -> bool:
+        if not shutil.which("mariadb-admin"):
+            return False
+        proc = subprocess.run(  # noqa: S603
+            ["mariadb-admin", "--connect-timeout=2", "ping"], capture_output=True, text=True, check=False
+        )
+        return proc.returncode == 0
+
+    def _wipe(self) -> None:
+        for sub in ("state", "spool", "log", "run", "mysql"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+        self.state_file.unlink(missing_ok=True)
+        if self._system_mariadb_alive():
+            self._sql(f"DROP DATABASE IF EXISTS `{self.db_name}`", check=False)
+
+    def _prepare(self, *, own_mariadb: bool) -> None:
+        for user in USERS:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                self.runner.run(["useradd", "-m", "-s", "/bin/bash", user])
+        try:
+            pwd.getpwnam("slurmrestd")
+        except KeyError:
+            self.runner.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", "slurmrestd"])
+        slurm = pwd.getpwnam("slurm")
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        for parent in self.root.parents:
+            if parent == Path("/"):
+                break
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                raise ConfigError(f"{parent} must be traversable by the slurm user (mode o+x)")
+        for sub in ("etc", "state", "run", "log", "spool", "slurmtower"):
+            (self.root / sub).mkdir(exist_ok=True)
+        for sub in ("state", "run", "log", "slurmtower"):
+            os.chown(self.root / sub, slurm.pw_uid, slurm.pw_gid)
+        for n in NODES:
+            (self.root / "spool" / n).mkdir(exist_ok=True)
+        if not self.jwt_key.exists():
+            self.jwt_key.write_bytes(secrets.token_bytes(32))
+        os.chown(self.jwt_key, slurm.pw_uid, slurm.pw_gid)
+        os.chmod(self.jwt_key, 0o600)
+        secret_file = self.etc / "db.secret"
+        if not secret_file.exists():
+            secret_file.write_text(json.dumps({"slurm": secrets.token_hex(12), "reader": secrets.token_hex(12)}))
+            os.chmod(secret_file, 0o600)
+        self._save_state(own_mariadb=own_mariadb)
+        self._write_configs(own_mariadb=own_mariadb)
+
+    def _secrets(self) -> dict[str, str]:
+        data: dict[str, str] = json.loads((self.etc / "db.secret").read_text())
+        return data
+
+    def _db_host_port(self) -> tuple[str, int]:
+        if self._state().get("own_mariadb"):
+            return "127.0.0.1", self.own_mariadb_port
+        return "127.0.0.1", 3306
+
+    def _write_configs(self, *, own_mariadb: bool) -> None:
+        r = self.root
+        nodes_ports = f"[{self.node_port('n1')}-{self.node_port(NODES[-1])}]"
+        slurm_conf = f"""# Written by slurmtower devcluster; do not edit (rewritten by `devcluster up`).
+ClusterName={self.cluster_name}
+SlurmctldHost=localhost(127.0.0.1)
+SlurmUser=slurm
+SlurmdUser=root
+SlurmctldPort={self.ctld_port}
+SlurmdPort={self.port_base + 18}
+AuthType=auth/munge
+CredType=cred/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={self.jwt_key}
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool/%n
+SlurmctldPidFile={r}/run/slurmctld.pid
+SlurmdPidFile={r}/run/slurmd-%n.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SlurmdParameters=config_overrides
+ReturnToService=1
+SlurmdTimeout=5
+SlurmctldTimeout=10
+MessageTimeout=3
+InactiveLimit=0
+KillWait=2
+MinJobAge=60
+OverTimeLimit=0
+Waittime=0
+HealthCheckInterval=0
+DefMemPerCPU=100
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={self.dbd_port}
+AccountingStorageEnforce=associations
+AccountingStoreFlags=job_comment
+JobCompType=jobcomp/none
+NodeName=n[1-4] NodeAddr=127.0.0.1 NodeHostname=localhost Port={nodes_ports} CPUs=2 RealMemory=2000 State=UNKNOWN Feature=dev
+PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
+PartitionName=batch Nodes=n[1-2] MaxTime=60 State=UP
+PartitionName=short Nodes=n[3-4] MaxTime=5 DefaultTime=1 State=UP
+"""
+        host, port = self._db_host_port()
+        sec = self._secrets()
+        dbd_conf = f"""# Written by slurmtower devcluster
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={self.jwt_key}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={self.dbd_port}
+SlurmUser=slurm
+DebugLevel=info
+LogFile={r}/log/slurmdbd.log
+PidFile={r}/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost={host}
+StoragePort={port}
+StorageUser=slurm_{self.cluster_name}
+StoragePass={sec['slurm']}
+StorageLoc={self.db_name}
+"""
+        self.slurm_conf.write_text(slurm_conf)
+        os.chmod(self.slurm_conf, 0o644)
+        dbd = self.etc / "slurmdbd.conf"
+        dbd.write_text(dbd_conf)
+        slurm = pwd.getpwnam("slurm")
+        os.chown(dbd, slurm.pw_uid, slurm.pw_gid)
+        os.chmod(dbd, 0o600)
+        tower = f"""# slurmtower settings for the devcluster (written by `slurmtower devcluster up`)
+cluster_name = "{self.cluster_name}"
+state_dir = "{r}/slurmtower"
+
+[slurm]
+slurm_conf = "{self.slurm_conf}"
+rest_url = "http://127.0.0.1:{self.rest_port}"
+rest_jwt_key_file = "{self.jwt_key}"
+
+[accounting]
+url = "mysql+pymysql://reader_{self.cluster_name}:{sec['reader']}@{host}:{port}/{self.db_name}"
+
+[api]
+host = "127.0.0.1"
+port = {self.api_port}
+serve_index = true
+"""
+        self.tower_conf.write_text(tower)
+        os.chmod(self.tower_conf, 0o600)
+
+    def _spawn_daemon(self, argv: list[str], **kwargs: object) -> None:
+        """Start a self-daemonising Slurm daemon with a clean environment."""
+        proc = subprocess.run(  # noqa: S603
+            argv, env=self.slurm_env(), capture_output=True, text=True, timeout=60, check=False, cwd="/",
+        )
+        if proc.returncode != 0:
+            raise DevClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+
+    def _start_munge(self) -> None:
+        if _read_pid(SYSTEM_MUNGE_PID) is not None:
+            return
+        key = Path("/etc/munge/munge.key")
+        if not key.exists():
+            self.runner.run(["mungekey", "--create", f"--keyfile={key}"])
+            shutil.chown(key, "munge", "munge")
+            os.chmod(key, 0o600)
+        Path("/run/munge").mkdir(exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        self.runner.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
+        self._save_state(started_munge=True)
+        _wait("munged", lambda: _read_pid(SYSTEM_MUNGE_PID) is not None, 10)
+
+    def _sql(self, sql: str, *, check: bool = True) -> str:
+        host, port = self._db_host_port()
+        if self._state().get("own_mariadb"):
+            argv = ["mariadb", "--protocol=socket", f"--socket={self.run_dir}/mysqld.sock", "-uroot"]
+        else:
+            argv = ["mariadb", "-uroot"]
+        return self.runner.run([*argv, "-N", "-e", sql], timeout=30, check=check).stdout
+
+    def _start_mariadb(self, *, own: bool) -> None:
+        if not own:
+            if not self._system_mariadb_alive():
+                # No MariaDB answers: fall back to our own.
+                self._save_state(own_mariadb=True)
+                self._write_configs(own_mariadb=True)
+                own = True
+        if own:
+            datadir = self.root / "mysql"
+            sock = self.run_dir / "mysqld.sock"
+            if not datadir.exists():
+                datadir.mkdir()
+                shutil.chown(datadir, "mysql", "mysql")
+                self.runner.run(
+                    ["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=mysql",
+                     "--auth-root-authentication-method=socket", "--skip-test-db"],
+                    timeout=120,
+                )
+            if _read_pid(self.run_dir / "mariadbd.pid") is None:
+                shutil.chown(self.run_dir, "slurm", "slurm")
+                os.chmod(self.run_dir, 0o777)  # noqa: S103 - mysqld writes its socket here
+                log = open(self.log_dir / "mariadbd.log", "ab")  # noqa: SIM115
+                subprocess.Popen(  # noqa: S603
+                    ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
+                     f"--port={self.own_mariadb_port}", "--bind-address=127.0.0.1", "--user=mysql",
+                     f"--pid-file={self.run_dir}/mariadbd.pid", "--innodb-buffer-pool-size=256M"],
+                    stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
+                )
+                _wait("mariadbd", lambda: sock.exists() and _port_open(self.own_mariadb_port), 60)
+        sec = self._secrets()
+        c = self.cluster_name
+        stmts = [f"CREATE DATABASE IF NOT EXISTS `{self.db_name}`"]
+        for host in ("localhost", "127.0.0.1"):
+            stmts += [
+                f"CREATE USER IF NOT EXISTS 'slurm_{c}'@'{host}' IDENTIFIED BY '{sec['slurm']}'",
+                f"ALTER USER 'slurm_{c}'@'{host}' IDENTIFIED BY '{sec['slurm']}'",
+                f"GRANT ALL ON `{self.db_name}`.* TO 'slurm_{c}'@'{host}'",
+                # slurmtower's own read-only user: SELECT only (see README)
+                f"CREATE USER IF NOT EXISTS 'reader_{c}'@'{host}' IDENTIFIED BY '{sec['reader']}'",
+                f"ALTER USER 'reader_{c}'@'{host}' IDENTIFIED BY '{sec['reader']}'",
+                f"GRANT SELECT ON `{self.db_name}`.* TO 'reader_{c}'@'{host}'",
+            ]
+        self._sql("; ".join(stmts))
+
+    def _start_slurmdbd(self) -> None:
+        if _read_pid(self.run_dir / "slurmdbd.pid") is None:
+            self._spawn_daemon(["/usr/sbin/slurmdbd"])
+        _wait("slurmdbd", lambda: _port_open(self.dbd_port), 30)
+
+    def _start_slurmctld(self) -> None:
+        if _read_pid(self.run_dir / "slurmctld.pid") is None:
+            self._spawn_daemon(["/usr/sbin/slurmctld"])
+        _wait("slurmctld", lambda: "UP" in self._cmd().run(["scontrol", "ping"], timeout=5).stdout, 30, 0.2)
+
+    def _start_slurmds(self) -> None:
+        for n in NODES:
+            if _read_pid(self.run_dir / f"slurmd-{n}.pid") is None:
+                self._spawn_daemon(["/usr/sbin/slurmd", "-N", n])
+
+    def _ensure_accounts(self) -> None:
+        cmd = self._cmd()
+
+        def registered() -> bool:
+            out = cmd.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], timeout=10).stdout
+            return self.cluster_name in out.split()
+
+        _wait("cluster registration in slurmdbd", registered, 30, 0.3)
+        out = cmd.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"], timeout=20).stdout
+        have = {tuple(line.split("|")) for line in out.splitlines()}
+        accounts = [a for a in ACCOUNTS if (a, "") not in have]
+        if accounts:
+            cmd.run(["sacctmgr", "-i", "add", "account", ",".join(accounts),
+                     "Description=devcluster", "Organization=slurmtower"], timeout=20)
+        for account, users in ACCOUNTS.items():
+            todo = [u for u in users if (account, u) not in have]
+            if todo:
+                cmd.run(["sacctmgr", "-i", "add", "user", ",".join(todo), f"Account={account}"], timeout=20)
+
+    def _rest_alive(self) -> bool:
+        return _read_pid(self.run_dir / "slurmrestd.pid") is not None and _port_open(self.rest_port)
+
+    def _start_slurmrestd(self) -> None:
+        if self._rest_alive():
+            return
+        log = open(self.log_dir / "slurmrestd.log", "ab")  # noqa: SIM115
+        env = {**self.slurm_env(), "SLURM_JWT": "daemon"}
+        proc = subprocess.Popen(  # noqa: S603
+            ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-u", "slurmrestd", "-g", "slurmrestd",
+             f"127.0.0.1:{self.rest_port}"],
+            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
+        )
+        (self.run_dir / "slurmrestd.pid").write_text(f"{proc.pid}\n")
+        _wait("slurmrestd", lambda: _port_open(self.rest_port), 15)
+
+    def _wait_idle(self) -> None:
+        cmd = self._cmd()
+
+        def responding() -> bool:
+            out = cmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10).stdout
+            states = dict(line.split() for line in out.splitlines() if line.strip())
+            return len(states) >= len(NODES) and not any(s.endswith("*") or s == "unknown"
+                                                        for s in states.values())
+
+        _wait("the nodes to respond", responding, 60, 0.2)
+
+    def _stop(self, procs: list[tuple[str, int | None]]) -> None:
+        live = [(name, pid) for name, pid in procs if pid is not None]
+        for _name, pid in live:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + 20
+        while time.monotonic() < end and any(_pid_alive(pid) for _, pid in live):
+            time.sleep(0.1)
+        for name, pid in live:
+            if _pid_alive(pid):
+                self.log(f"{name} (pid {pid}) ignored SIGTERM: SIGKILL")
+                os.kill(pid, signal.SIGKILL)
+
+    def _check_node(self, node: str) -> None:
+        if node not in NODES:
+            raise DevClusterError(f"unknown node {node!r}: the devcluster has {', '.join(NODES)}")
+
+
+@contextmanager
+def _timer(label: str, log: Callable[[str], None]) -> Iterator[None]:
+    t0 = time.monotonic()
+    yield
+    log(f"{label}: {time.monotonic() - t0:.2f} s")
