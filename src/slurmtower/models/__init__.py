@@ -1,1 +1,37 @@
-"""slurmtower.models."""
+"""slurmtower's typed models: pure pydantic, no I/O.
+
+One shape whatever the Slurm release; :mod:`slurmtower.slurm.adapters` builds them from
+each release's JSON and text.
+"""
+
+from __future__ import annotations
+
+from slurmtower.models.config import ClusterConfig, config_key
+from slurmtower.models.job import ExitCode, Job, JobState, JobStep, parse_job_state
+from slurmtower.models.node import Node, NodeFlag, NodeState, parse_node_state
+from slurmtower.models.partition import Partition
+from slurmtower.models.reservation import Reservation
+from slurmtower.models.stats import ControllerStats, RpcStat, RpcUserStat
+from slurmtower.models.trigger import Trigger
+from slurmtower.models.version import SlurmVersion
+
+__all__ = [
+    "ClusterConfig",
+    "ControllerStats",
+    "ExitCode",
+    "Job",
+    "JobState",
+    "JobStep",
+    "Node",
+    "NodeFlag",
+    "NodeState",
+    "Partition",
+    "Reservation",
+    "RpcStat",
+    "RpcUserStat",
+    "SlurmVersion",
+    "Trigger",
+    "config_key",
+    "parse_job_state",
+    "parse_node_state",
+]
