@@ -1,0 +1,628 @@
+"""The event store: slurmtower's append-only event log and the state that must survive with it.
+
+SQLAlchemy Core over any URL (SQLite by default, PostgreSQL tested). Five tables, all in
+slurmtower's *own* database (never slurmdbd's):
+
+``events``
+    append-only log, integer ids that only increase (SQLite ``AUTOINCREMENT`` so ids are
+    never reused after a purge; on PostgreSQL appenders are serialised with a table lock
+    so ids become visible in order and a ``since_id`` reader never skips one).
+``node_states``
+    the last known state of each node. Written in the *same transaction* as the
+    transition events derived from it (:meth:`EventStore.append` with ``node_states``,
+    or :meth:`EventStore.record_snapshot`), so after a crash (even ``kill -9``) the log
+    and the known states agree: the next observation neither loses nor repeats a
+    transition.
+``callback_nonces``
+    nonces of accepted trigger callbacks until their timestamp leaves the clock-skew
+    window (replay protection that survives restarts).
+``rule_runs``
+    one row per rule evaluation that matched: rule, event id, times, outcome, envelope.
+``event_cursors``
+    named "processed up to id N" markers (e.g. the rule engine's), for at-least-once
+    consumers that resume after a restart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection, RowMapping, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
+
+from slurmtower.errors import ConfigError, InvalidInput, NotFound
+from slurmtower.events.transitions import NodeSnapshot, diff_states
+from slurmtower.models.event import Event, RuleRun
+
+__all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult"]
+
+MAX_QUERY_LIMIT = 10_000
+
+_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class _UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the event store; use timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    """How many rows :meth:`EventStore.purge` removed, per table."""
+
+    events: int
+    rule_runs: int
+    nonces: int
+
+
+@dataclass(frozen=True)
+class _Tables:
+    metadata: MetaData
+    events: Table
+    node_states: Table
+    nonces: Table
+    rule_runs: Table
+    cursors: Table
+
+
+def _tables(schema: str | None) -> _Tables:
+    md = MetaData(schema=schema)
+    events = Table(
+        "events",
+        md,
+        Column("id", _ID, primary_key=True, autoincrement=True),
+        Column("type", String(200), nullable=False),
+        Column("time", _UTCDateTime(), nullable=False),
+        Column("source", String(32), nullable=False),
+        Column("node", String(255), nullable=True),
+        Column("payload", JSON(), nullable=False),
+        Index("ix_events_time", "time"),
+        Index("ix_events_type_id", "type", "id"),
+        Index("ix_events_node_id", "node", "id"),
+        sqlite_autoincrement=True,
+    )
+    node_states = Table(
+        "node_states",
+        md,
+        Column("node", String(255), primary_key=True),
+        Column("state", String(64), nullable=False),
+        Column("flags", JSON(), nullable=False),
+        Column("reason", Text(), nullable=True),
+        Column("reason_owner", String(255), nullable=True),
+        Column("observed_at", _UTCDateTime(), nullable=False),
+    )
+    nonces = Table(
+        "callback_nonces",
+        md,
+        Column("nonce", String(128), primary_key=True),
+        Column("expires_at", _UTCDateTime(), nullable=False),
+        Index("ix_callback_nonces_expires_at", "expires_at"),
+    )
+    rule_runs = Table(
+        "rule_runs",
+        md,
+        Column("id", _ID, primary_key=True, autoincrement=True),
+        Column("rule", String(255), nullable=False),
+        Column("event_id", BigInteger(), nullable=True),
+        Column("node", String(255), nullable=True),
+        Column("action_ref", String(255), nullable=False),
+        Column("started_at", _UTCDateTime(), nullable=False),
+        Column("ended_at", _UTCDateTime(), nullable=False),
+        Column("outcome", String(32), nullable=False),
+        Column("envelope", JSON(), nullable=False),
+        Index("ix_rule_runs_rule_started", "rule", "started_at"),
+        Index("ix_rule_runs_event_id", "event_id"),
+        sqlite_autoincrement=True,
+    )
+    cursors = Table(
+        "event_cursors",
+        md,
+        Column("name", String(100), primary_key=True),
+        Column("last_id", BigInteger(), nullable=False),
+        Column("updated_at", _UTCDateTime(), nullable=False),
+    )
+    return _Tables(md, events, node_states, nonces, rule_runs, cursors)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"invalid store URL: {exc}") from exc
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    memory = parsed.database in (None, "", ":memory:")
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    if memory:  # one shared connection, or every checkout would see a fresh empty database
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(parsed, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below issue BEGIN itself (pysqlite's own implicit
+        # BEGIN is deferred, and a deferred transaction that later writes can deadlock).
+        dbapi_conn.isolation_level = None
+        if not memory:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class EventStore:
+    """Event log, known node states, callback nonces, rule runs and cursors.
+
+    Args:
+        url: SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://...``) or an
+            :class:`~sqlalchemy.Engine`. ``sqlite://`` is an in-memory store.
+        schema: database schema to hold the tables (PostgreSQL), default the search path.
+        create: create missing tables (``create_all``; only ever on slurmtower's own store).
+
+    Raises :class:`ConfigError` for a malformed URL.
+    """
+
+    def __init__(
+        self, url: str | Engine = "sqlite://", *, schema: str | None = None, create: bool = True
+    ) -> None:
+        self._engine = url if isinstance(url, Engine) else _make_engine(url)
+        self._t = _tables(schema)
+        # SQLite's in-memory store shares one connection between threads; serialise use.
+        self._lock = threading.RLock()
+        if create:
+            self._t.metadata.create_all(self._engine)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._engine.dispose()
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        with self._lock, self._engine.begin() as conn:
+            yield conn
+
+    def _lock_tables(self, conn: Connection, *tables: Table) -> None:
+        """On PostgreSQL, serialise writers of ``tables`` until commit (readers unaffected).
+
+        Sequence values are handed out before commit, so two concurrent appenders could
+        commit ids out of order and a ``since_id`` reader would skip the smaller one.
+        SQLite needs nothing: ``BEGIN IMMEDIATE`` already admits one writer at a time.
+        """
+        if conn.dialect.name != "postgresql":
+            return
+        prep = conn.dialect.identifier_preparer
+        for table in tables:
+            conn.execute(text(f"LOCK TABLE {prep.format_table(table)} IN SHARE ROW EXCLUSIVE MODE"))
+
+    # -- events -------------------------------------------------------------------------
+
+    def append(
+        self,
+        events: Iterable[Event],
+        *,
+        node_states: Mapping[str, NodeSnapshot | None] | None = None,
+        replace_node_states: bool = False,
+    ) -> list[Event]:
+        """Append ``events`` in one transaction and return them with their new ids.
+
+        Args:
+            events: events without ids (an id already set is ignored and replaced).
+            node_states: known states to save in the same transaction; ``None`` for a
+                node forgets it.
+            replace_node_states: ``node_states`` is the whole cluster; forget the others.
+        """
+        batch = list(events)
+        with self._begin() as conn:
+            if node_states is not None:
+                self._lock_tables(conn, self._t.node_states)
+            if batch:
+                self._lock_tables(conn, self._t.events)
+            stored = self._insert_events(conn, batch)
+            if node_states is not None:
+                self._save_states(conn, node_states, replace=replace_node_states, observed_at=None)
+        return stored
+
+    def _insert_events(self, conn: Connection, batch: Sequence[Event]) -> list[Event]:
+        stored: list[Event] = []
+        for ev in batch:
+            result = conn.execute(
+                insert(self._t.events).values(
+                    type=ev.type, time=ev.time, source=ev.source, node=ev.node, payload=ev.payload
+                )
+            )
+            pk = result.inserted_primary_key
+            assert pk is not None
+            stored.append(ev.with_id(int(pk[0])))
+        return stored
+
+    def record_snapshot(
+        self,
+        current: Mapping[str, NodeSnapshot],
+        *,
+        source: str,
+        observed_at: datetime | None = None,
+        partial: bool = False,
+        include_appeared: bool = True,
+        extra_events: Iterable[Event] = (),
+    ) -> list[Event]:
+        """Diff ``current`` against the stored node states, append the transitions and save
+        ``current`` as the known states, all in one transaction.
+
+        This is the race-free way to turn an observation into events: two concurrent
+        recorders (a poll and a trigger callback) are serialised, so the same transition
+        is never recorded twice. ``partial`` means ``current`` covers only some nodes.
+        ``extra_events`` (e.g. the ``slurm.sensor.trigger.triggered`` event that caused
+        this observation) are appended first, in the same transaction.
+        Returns the stored events (extras first) with their ids.
+        """
+        observed_at = observed_at or _now()
+        extras = list(extra_events)
+        with self._begin() as conn:
+            self._lock_tables(conn, self._t.node_states, self._t.events)
+            previous = self._read_states(conn)
+            transitions = diff_states(
+                previous,
+                current,
+                source=source,
+                observed_at=observed_at,
+                partial=partial,
+                include_appeared=include_appeared,
+            )
+            stored = self._insert_events(conn, [*extras, *transitions])
+            changed: dict[str, NodeSnapshot | None] = {
+                name: snap for name, snap in current.items() if previous.get(name) != snap
+            }
+            self._save_states(conn, changed, replace=False, observed_at=observed_at)
+            if not partial:
+                gone = set(previous) - set(current)
+                if gone:
+                    conn.execute(delete(self._t.node_states).where(self._t.node_states.c.node.in_(gone)))
+        return stored
+
+    def get(self, event_id: int) -> Event:
+        """The event with ``event_id``; raises :class:`NotFound` (purged or never existed)."""
+        with self._begin() as conn:
+            row = conn.execute(select(self._t.events).where(self._t.events.c.id == event_id)).first()
+        if row is None:
+            raise NotFound(f"no event with id {event_id}", event_id=event_id)
+        return self._event(row._mapping)
+
+    def query(
+        self,
+        *,
+        since_id: int | None = None,
+        before_id: int | None = None,
+        types: Sequence[str] | None = None,
+        node: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int = 1000,
+        descending: bool = False,
+    ) -> list[Event]:
+        """Events matching all given filters, by id (oldest first unless ``descending``).
+
+        Args:
+            since_id: only events with a larger id (keyset pagination, tailing).
+            before_id: only events with a smaller id (paging backwards).
+            types: event types to include (exact names).
+            node: only events about this node.
+            start, end: ``start <= time < end`` (timezone-aware).
+            limit: at most this many events (1 .. ``MAX_QUERY_LIMIT``).
+
+        Raises :class:`InvalidInput` for a bad limit or naive datetimes.
+        """
+        if not 1 <= limit <= MAX_QUERY_LIMIT:
+            raise InvalidInput(f"limit must be between 1 and {MAX_QUERY_LIMIT}", param="limit")
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and value.tzinfo is None:
+                raise InvalidInput(f"{name} must be timezone-aware", param=name)
+        t = self._t.events
+        stmt = select(t)
+        if since_id is not None:
+            stmt = stmt.where(t.c.id > since_id)
+        if before_id is not None:
+            stmt = stmt.where(t.c.id < before_id)
+        if types is not None:
+            stmt = stmt.where(t.c.type.in_(list(types)))
+        if node is not None:
+            stmt = stmt.where(t.c.node == node)
+        if start is not None:
+            stmt = stmt.where(t.c.time >= start)
+        if end is not None:
+            stmt = stmt.where(t.c.time < end)
+        stmt = stmt.order_by(t.c.id.desc() if descending else t.c.id.asc()).limit(limit)
+        with self._begin() as conn:
+            rows = conn.execute(stmt).all()
+        return [self._event(r._mapping) for r in rows]
+
+    def last_id(self) -> int | None:
+        """The largest event id in the log, or ``None`` when it is empty."""
+        with self._begin() as conn:
+            value = conn.execute(select(func.max(self._t.events.c.id))).scalar()
+        return None if value is None else int(value)
+
+    @staticmethod
+    def _event(row: RowMapping) -> Event:
+        return Event(
+            id=int(row["id"]),
+            type=row["type"],
+            time=row["time"],
+            source=row["source"],
+            node=row["node"],
+            payload=row["payload"],
+        )
+
+    def purge(self, older_than: datetime | timedelta, *, now: datetime | None = None) -> PurgeResult:
+        """Retention: delete events and rule runs from before ``older_than`` and expired nonces.
+
+        ``older_than`` is a cut-off time or an age (``timedelta(days=retention_days)``).
+        Ids of the remaining events never change and are never reused.
+        """
+        now = now or _now()
+        cutoff = now - older_than if isinstance(older_than, timedelta) else older_than
+        if cutoff.tzinfo is None:
+            raise InvalidInput("older_than must be timezone-aware", param="older_than")
+        with self._begin() as conn:
+            ev = conn.execute(delete(self._t.events).where(self._t.events.c.time < cutoff)).rowcount
+            runs = conn.execute(
+                delete(self._t.rule_runs).where(self._t.rule_runs.c.started_at < cutoff)
+            ).rowcount
+            nonces = conn.execute(delete(self._t.nonces).where(self._t.nonces.c.expires_at < now)).rowcount
+        return PurgeResult(events=ev, rule_runs=runs, nonces=nonces)
+
+    # -- node states --------------------------------------------------------------------
+
+    def load_node_states(self) -> dict[str, NodeSnapshot]:
+        """The last known state of every node (empty on a fresh store)."""
+        with self._begin() as conn:
+            return self._read_states(conn)
+
+    def _read_states(self, conn: Connection) -> dict[str, NodeSnapshot]:
+        rows = conn.execute(select(self._t.node_states)).all()
+        return {
+            r.node: NodeSnapshot(
+                state=r.state,
+                flags=frozenset(r.flags),
+                reason=r.reason,
+                reason_owner=r.reason_owner,
+            )
+            for r in rows
+        }
+
+    def save_node_states(
+        self,
+        states: Mapping[str, NodeSnapshot | None],
+        *,
+        replace: bool = False,
+        observed_at: datetime | None = None,
+    ) -> None:
+        """Save known node states (``None`` forgets a node); ``replace`` forgets all others.
+
+        To record transitions, prefer :meth:`append` with ``node_states`` or
+        :meth:`record_snapshot`, which save the states with the events atomically.
+        """
+        with self._begin() as conn:
+            self._lock_tables(conn, self._t.node_states)
+            self._save_states(conn, states, replace=replace, observed_at=observed_at)
+
+    def _save_states(
+        self,
+        conn: Connection,
+        states: Mapping[str, NodeSnapshot | None],
+        *,
+        replace: bool,
+        observed_at: datetime | None,
+    ) -> None:
+        t = self._t.node_states
+        when = observed_at or _now()
+        if replace:
+            keep = [n for n, s in states.items() if s is not None]
+            conn.execute(delete(t).where(t.c.node.not_in(keep)) if keep else delete(t))
+        existing = set(conn.execute(select(t.c.node)).scalars())
+        for name, snap in states.items():
+            if snap is None:
+                conn.execute(delete(t).where(t.c.node == name))
+                continue
+            values = {
+                "state": snap.state,
+                "flags": sorted(snap.flags),
+                "reason": snap.reason,
+                "reason_owner": snap.reason_owner,
+                "observed_at": when,
+            }
+            if name in existing:
+                conn.execute(update(t).where(t.c.node == name).values(**values))
+            else:
+                conn.execute(insert(t).values(node=name, **values))
+
+    # -- nonces -------------------------------------------------------------------------
+
+    def remember_nonce(self, nonce: str, *, expires_at: datetime, now: datetime | None = None) -> bool:
+        """Record a callback nonce; ``False`` if it was already recorded (a replay).
+
+        Expired nonces are dropped first; keep ``expires_at`` at least as late as the end
+        of the clock-skew window of the request that carried it.
+        """
+        now = now or _now()
+        t = self._t.nonces
+        try:
+            with self._begin() as conn:
+                conn.execute(delete(t).where(t.c.expires_at < now))
+                conn.execute(insert(t).values(nonce=nonce, expires_at=expires_at))
+        except IntegrityError:
+            return False
+        return True
+
+    # -- rule runs ----------------------------------------------------------------------
+
+    def record_rule_run(self, run: RuleRun) -> RuleRun:
+        """Store one rule run; returns it with its id."""
+        with self._begin() as conn:
+            result = conn.execute(
+                insert(self._t.rule_runs).values(
+                    rule=run.rule,
+                    event_id=run.event_id,
+                    node=run.node,
+                    action_ref=run.action_ref,
+                    started_at=run.started_at,
+                    ended_at=run.ended_at,
+                    outcome=run.outcome,
+                    envelope=run.envelope,
+                )
+            )
+            pk = result.inserted_primary_key
+            assert pk is not None
+        return run.model_copy(update={"id": int(pk[0])})
+
+    def rule_runs(
+        self,
+        *,
+        rule: str | None = None,
+        event_id: int | None = None,
+        node: str | None = None,
+        outcomes: Sequence[str] | None = None,
+        since: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[RuleRun]:
+        """Recorded rule runs matching all given filters, oldest first."""
+        if not 1 <= limit <= MAX_QUERY_LIMIT:
+            raise InvalidInput(f"limit must be between 1 and {MAX_QUERY_LIMIT}", param="limit")
+        t = self._t.rule_runs
+        stmt = select(t)
+        if rule is not None:
+            stmt = stmt.where(t.c.rule == rule)
+        if event_id is not None:
+            stmt = stmt.where(t.c.event_id == event_id)
+        if node is not None:
+            stmt = stmt.where(t.c.node == node)
+        if outcomes is not None:
+            stmt = stmt.where(t.c.outcome.in_(list(outcomes)))
+        if since is not None:
+            stmt = stmt.where(t.c.started_at >= since)
+        with self._begin() as conn:
+            rows = conn.execute(stmt.order_by(t.c.id).limit(limit)).all()
+        return [
+            RuleRun(
+                id=int(r.id),
+                rule=r.rule,
+                event_id=r.event_id,
+                node=r.node,
+                action_ref=r.action_ref,
+                started_at=r.started_at,
+                ended_at=r.ended_at,
+                outcome=r.outcome,
+                envelope=r.envelope,
+            )
+            for r in rows
+        ]
+
+    def count_rule_runs(
+        self, rule: str, *, since: datetime, outcomes: Sequence[str], node: str | None = None
+    ) -> int:
+        """How many runs of ``rule`` (for ``node``, if given) started at or after ``since``."""
+        t = self._t.rule_runs
+        stmt = (
+            select(func.count())
+            .select_from(t)
+            .where(t.c.rule == rule, t.c.started_at >= since, t.c.outcome.in_(list(outcomes)))
+        )
+        if node is not None:
+            stmt = stmt.where(t.c.node == node)
+        with self._begin() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def last_rule_run_start(
+        self, rule: str, *, outcomes: Sequence[str], node: str | None = None
+    ) -> datetime | None:
+        """Start time of the latest run of ``rule`` (for ``node``, if given) with an outcome
+        in ``outcomes``, or ``None``."""
+        t = self._t.rule_runs
+        stmt = select(func.max(t.c.started_at)).where(t.c.rule == rule, t.c.outcome.in_(list(outcomes)))
+        if node is not None:
+            stmt = stmt.where(t.c.node == node)
+        with self._begin() as conn:
+            value = conn.execute(stmt).scalar()
+        if value is None:
+            return None
+        # func.max() loses the column type on SQLite, so the text comes back unparsed.
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    # -- cursors ------------------------------------------------------------------------
+
+    def get_cursor(self, name: str) -> int:
+        """The last event id consumer ``name`` has processed (0 if it never ran)."""
+        t = self._t.cursors
+        with self._begin() as conn:
+            value = conn.execute(select(t.c.last_id).where(t.c.name == name)).scalar()
+        return 0 if value is None else int(value)
+
+    def set_cursor(self, name: str, last_id: int) -> None:
+        """Record that consumer ``name`` has processed every event up to ``last_id``."""
+        t = self._t.cursors
+        with self._begin() as conn:
+            found = conn.execute(select(t.c.name).where(t.c.name == name)).first()
+            if found is None:
+                conn.execute(insert(t).values(name=name, last_id=last_id, updated_at=_now()))
+            else:
+                conn.execute(update(t).where(t.c.name == name).values(last_id=last_id, updated_at=_now()))
