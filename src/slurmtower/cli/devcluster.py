@@ -17,7 +17,9 @@ devcluster_app = typer.Typer(help="A real local Slurm cluster (Debian's Slurm 22
                              no_args_is_help=True)
 app.add_typer(devcluster_app, name="devcluster")
 
-DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its config and state.",
+DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its config and state "
+                                      "(several clusters may run side by side: set "
+                                      "SLURMTOWER_DEVCLUSTER_NAME and _PORT_BASE too).",
                                       envvar="SLURMTOWER_DEVCLUSTER_DIR")]
 
 

@@ -38,3 +38,22 @@ def config_show(config: ConfigOpt = None,
     width = max(len(k) for k, _, _ in rows)
     for key, value, source in rows:
         typer.echo(f"{key:<{width}}  {value}  ({source})")
+
+
+@app.command()
+def info(config: ConfigOpt = None,
+         output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
+    """Print the Slurm version, the backend in use and its capabilities."""
+    from slurmtower.slurm import make_client
+
+    caps = make_client(load_settings(config)).capabilities().as_dict()
+    if output == "json":
+        typer.echo(json.dumps(caps, indent=2))
+        return
+    for key, value in caps.items():
+        if isinstance(value, dict):
+            typer.echo(f"{key}:")
+            for k, v in value.items():
+                typer.echo(f"  {k}: {v}")
+        else:
+            typer.echo(f"{key}: {', '.join(value) if isinstance(value, list) else value}")

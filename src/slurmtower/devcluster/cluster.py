@@ -27,7 +27,7 @@ from slurmtower.slurm.runner import CommandRunner
 
 __all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs"]
 
-DEFAULT_DIR = Path(os.environ.get("SLURMTOWER_DEVCLUSTER_DIR", "/var/lib/slurmtower/devcluster"))
+DEFAULT_DIR = Path("/var/lib/slurmtower/devcluster")
 
 PACKAGES = [
     "slurmctld",
@@ -112,9 +112,9 @@ def _read_pid(path: Path) -> int | None:
 class DevCluster:
     """The local cluster rooted at ``root``; ``port_base`` shifts every port."""
 
-    root: Path = DEFAULT_DIR
-    cluster_name: str = "tower"
-    port_base: int = 26800
+    root: Path = field(default_factory=lambda: Path(os.environ.get("SLURMTOWER_DEVCLUSTER_DIR", DEFAULT_DIR)))
+    cluster_name: str = field(default_factory=lambda: os.environ.get("SLURMTOWER_DEVCLUSTER_NAME", "tower"))
+    port_base: int = field(default_factory=lambda: int(os.environ.get("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")))
     runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=120))
     log: Callable[[str], None] = print
 
@@ -204,6 +204,8 @@ class DevCluster:
             f"export SLURM_CONF={self.slurm_conf}\n"
             f"export SLURMTOWER_CONFIG={self.tower_conf}\n"
             f"export SLURMTOWER_DEVCLUSTER_DIR={self.root}\n"
+            f"export SLURMTOWER_DEVCLUSTER_NAME={self.cluster_name}\n"
+            f"export SLURMTOWER_DEVCLUSTER_PORT_BASE={self.port_base}\n"
         )
 
     def is_up(self) -> bool:

@@ -1,1 +1,53 @@
-"""slurmtower.slurm."""
+"""The only code that talks to slurmctld: the SlurmClient protocol and its backends."""
+
+from __future__ import annotations
+
+from slurmtower.settings import Settings
+from slurmtower.slurm.cli_backend import CliSlurmClient
+from slurmtower.slurm.client import (
+    NODE_STATES_SETTABLE,
+    NODE_UPDATE_FIELDS,
+    TRIGGER_EVENTS,
+    Capabilities,
+    SlurmClient,
+)
+from slurmtower.slurm.rest_backend import RestSlurmClient
+from slurmtower.slurm.runner import CallObserver, CommandResult, CommandRunner
+
+__all__ = [
+    "NODE_STATES_SETTABLE",
+    "NODE_UPDATE_FIELDS",
+    "TRIGGER_EVENTS",
+    "CallObserver",
+    "Capabilities",
+    "CliSlurmClient",
+    "CommandResult",
+    "CommandRunner",
+    "RestSlurmClient",
+    "SlurmClient",
+    "make_client",
+]
+
+
+def make_client(settings: Settings, observers: list[CallObserver] | None = None) -> SlurmClient:
+    """The client the settings ask for. A REST client falls back to the CLI for what
+    slurmrestd cannot do (writes on 22.05, config, triggers, steps)."""
+    runner = CommandRunner(timeout=settings.slurm.command_timeout, env=settings.slurm_env(),
+                           observers=observers if observers is not None else [])
+    cli = CliSlurmClient(runner, slurm_user=settings.slurm.slurm_user)
+    if settings.slurm.backend == "cli":
+        return cli
+    if not settings.slurm.rest_url:
+        from slurmtower.errors import ConfigError
+
+        raise ConfigError("slurm.backend = 'rest' needs slurm.rest_url", key="slurm.rest_url")
+    token = settings.slurm.rest_token.get_secret_value() if settings.slurm.rest_token else None
+    return RestSlurmClient(
+        settings.slurm.rest_url,
+        user=settings.slurm.rest_user,
+        token=token,
+        jwt_key_file=settings.slurm.rest_jwt_key_file,
+        timeout=settings.slurm.command_timeout,
+        fallback=cli,
+        observers=runner.observers,
+    )

@@ -121,6 +121,7 @@ class CommandRunner:
                 check=False,
                 cwd="/",
             )
+            ok = proc.returncode == 0
         except subprocess.TimeoutExpired as exc:
             raise SlurmTimeout(
                 f"{full[0]} did not finish within {limit:g} s", argv=full, returncode=None
@@ -131,11 +132,10 @@ class CommandRunner:
             ) from exc
         finally:
             seconds = time.monotonic() - started
+            kind = _kind(full)
+            for observer in self.observers:
+                observer(kind, seconds, ok)
         result = CommandResult(full, proc.returncode, proc.stdout, proc.stderr, seconds)
-        ok = proc.returncode == 0
-        kind = _kind(full)
-        for observer in self.observers:
-            observer(kind, seconds, ok)
         if check and not ok:
             raise classify_failure(full, proc.returncode, proc.stderr or proc.stdout)
         return result

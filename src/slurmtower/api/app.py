@@ -1,0 +1,131 @@
+"""The FastAPI application: thin routes over the library.
+
+Route modules live in :mod:`slurmtower.api.routes`; each exposes ``router`` and may expose
+``setup(services)`` to register background tasks or shared objects. Library errors become
+HTTP problems in exactly one place, :func:`_problem`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from slurmtower import __version__
+from slurmtower.api.services import Services
+from slurmtower.errors import SlurmtowerError
+from slurmtower.settings import Settings
+
+__all__ = ["ROUTE_MODULES", "create_app"]
+
+log = logging.getLogger(__name__)
+
+#: Every route module, in the order their routes appear in the OpenAPI document.
+ROUTE_MODULES = (
+    "health",
+    "live",
+    "history",
+    "load",
+    "events",
+    "actions",
+    "metrics",
+    "dashboard",
+)
+
+PROBLEM = "application/problem+json"
+
+
+def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+async def _problem(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SlurmtowerError)
+    if exc.http_status >= 500:
+        log.warning("%s: %s", type(exc).__name__, exc.message)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return _problem_response(exc.http_status, exc.to_problem(), headers)
+
+
+async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "body", "path", "header")]
+    param = ".".join(loc) or None
+    return _problem_response(422, {
+        "type": "https://slurmtower.dev/problems/InvalidInput",
+        "title": "invalid input",
+        "status": 422,
+        "detail": f"{param or 'request'}: {first.get('msg', 'invalid')}",
+        "param": param,
+    })
+
+
+async def _http_problem(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return _problem_response(exc.status_code, {
+        "type": "about:blank", "title": str(exc.detail), "status": exc.status_code, "detail": str(exc.detail),
+    }, getattr(exc, "headers", None))
+
+
+def _route_modules() -> list[Any]:
+    modules = []
+    for name in ROUTE_MODULES:
+        try:
+            modules.append(importlib.import_module(f"slurmtower.api.routes.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"slurmtower.api.routes.{name}":
+                raise
+    return modules
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
+    """Build the application. Pass ``services`` to share objects with tests."""
+    if services is None:
+        if settings is None:
+            raise ValueError("create_app needs settings or services")
+        services = Services.from_settings(settings)
+    modules = _route_modules()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        for module in modules:
+            startup = getattr(module, "startup", None)
+            if startup is not None:
+                await startup(services)
+        for task in services.background:
+            task.start()
+        try:
+            yield
+        finally:
+            for task in reversed(services.background):
+                await task.stop()
+            for module in reversed(modules):
+                shutdown = getattr(module, "shutdown", None)
+                if shutdown is not None:
+                    await shutdown(services)
+
+    app = FastAPI(
+        title="slurmtower",
+        version=__version__,
+        description="A control tower for Slurm clusters: live state, job history, actions, node events.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    app.add_exception_handler(SlurmtowerError, _problem)
+    app.add_exception_handler(RequestValidationError, _validation_problem)
+    app.add_exception_handler(StarletteHTTPException, _http_problem)
+    for module in modules:
+        setup = getattr(module, "setup", None)
+        if setup is not None:
+            setup(services, app)
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,1 @@
+"""Route modules of the API; see :data:`slurmtower.api.app.ROUTE_MODULES`."""

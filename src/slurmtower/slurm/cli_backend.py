@@ -1,0 +1,335 @@
+"""The CLI backend: Slurm's own commands, through the one :class:`CommandRunner`.
+
+It reads the Slurm version once (``sinfo -V``) and then uses the best source each release
+offers: ``scontrol show ... --json`` and ``sdiag --json`` from 23.02 on, the ``-o`` text
+forms before; ``sinfo``/``squeue --json`` where they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from slurmtower.errors import InvalidInput, NotFound, SlurmError, SlurmRequestError
+from slurmtower.models import (
+    ClusterConfig,
+    ControllerStats,
+    Job,
+    JobStep,
+    Node,
+    Partition,
+    Reservation,
+    SlurmVersion,
+    Trigger,
+)
+from slurmtower.nodeset import NodeSet
+from slurmtower.slurm import adapters as ad
+from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities
+from slurmtower.slurm.runner import CommandRunner
+
+__all__ = ["CliSlurmClient"]
+
+_READS = ("nodes", "jobs", "job_ids", "job_steps", "partitions", "reservations", "config", "stats",
+          "triggers", "ping")
+_WRITES = ("update_nodes", "drain", "down", "resume", "undrain", "create_reservation",
+           "update_reservation", "delete_reservation", "set_trigger", "clear_triggers")
+
+
+def _fmt_duration(d: timedelta | None) -> str:
+    if d is None:
+        return "infinite"
+    minutes = max(1, int(d.total_seconds() // 60))
+    return str(minutes)
+
+
+def _fmt_time(t: datetime | Literal["now"]) -> str:
+    if t == "now":
+        return "now"
+    assert isinstance(t, datetime)
+    return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class CliSlurmClient:
+    """A :class:`~slurmtower.slurm.client.SlurmClient` over Slurm's command-line tools."""
+
+    def __init__(self, runner: CommandRunner | None = None, *, slurm_user: str = "slurm") -> None:
+        self.runner = runner or CommandRunner()
+        self.slurm_user = slurm_user
+        self._version: SlurmVersion | None = None
+        self._lock = threading.Lock()
+
+    # -- detection --------------------------------------------------------------------
+    def version(self) -> SlurmVersion:
+        if self._version is None:
+            with self._lock:
+                if self._version is None:
+                    out = self.runner.run(["sinfo", "-V"], timeout=10).stdout
+                    self._version = ad.parse_sinfo_version(out)
+        return self._version
+
+    def _modern(self) -> bool:
+        # scontrol/sdiag --json and filter-honouring squeue/sinfo --json arrived in 23.02.
+        return self.version() >= SlurmVersion(major=23, minor=2)
+
+    def capabilities(self) -> Capabilities:
+        modern = self._modern()
+        return Capabilities(
+            backend="cli",
+            version=self.version(),
+            scontrol_json=modern,
+            sdiag_json=modern,
+            json_filters=modern,
+            rest_node_update=False,
+            reads=_READS,
+            writes=_WRITES,
+        )
+
+    def _json(self, argv: list[str], timeout: float | None = None) -> dict[str, Any]:
+        out = self.runner.run(argv, timeout=timeout).stdout
+        try:
+            doc = json.loads(out)
+        except ValueError as exc:
+            raise SlurmError(f"{argv[0]} printed invalid JSON: {exc}", argv=argv) from exc
+        if not isinstance(doc, dict):
+            raise SlurmError(f"{argv[0]} printed JSON that is not an object", argv=argv)
+        errors = doc.get("errors") or []
+        if errors:
+            first = errors[0]
+            msg = first.get("description") or first.get("error") or str(first)
+            raise SlurmRequestError(f"{argv[0]}: {msg}", argv=argv)
+        return doc
+
+    # -- reads ------------------------------------------------------------------------
+    def ping(self) -> bool:
+        out = self.runner.run(["scontrol", "ping"], timeout=10, check=False).stdout
+        return "UP" in out
+
+    def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
+        if self._modern():
+            result = ad.parse_nodes_json(self._json(["scontrol", "show", "node", "--json"]))
+        else:
+            # 22.05: `sinfo --json` ignores -n, so filter client-side below.
+            result = ad.parse_nodes_json(self._json(["sinfo", "--json"]))
+        if nodes is None:
+            return result
+        wanted = set(nodes)
+        found = [n for n in result if n.name in wanted]
+        missing = wanted - {n.name for n in found}
+        if missing:
+            raise NotFound(f"unknown node(s): {NodeSet(sorted(missing))}", param="nodes")
+        return found
+
+    def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        if self._modern():
+            # 24.11 `squeue --json` applies the default PENDING/RUNNING filter; scontrol
+            # returns every job slurmctld still holds, like 22.05's squeue --json.
+            result = ad.parse_jobs_json(self._json(["scontrol", "show", "job", "--json"]))
+        else:
+            # 22.05: `squeue --json` ignores -j/-u/-t/-p: filter client-side.
+            result = ad.parse_jobs_json(self._json(["squeue", "--json"]))
+        if job_ids is None:
+            return result
+        wanted = {int(j) for j in job_ids}
+        return [j for j in result if j.job_id in wanted]
+
+    def job_ids(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[int]:
+        # The text form honours every filter on all releases and prints only ids.
+        argv = ["squeue", "-h", "-o", "%i", "--states=all" if not states else f"--states={','.join(states)}"]
+        if users:
+            argv.append(f"--user={','.join(users)}")
+        if accounts:
+            argv.append(f"--account={','.join(accounts)}")
+        if partitions:
+            argv.append(f"--partition={','.join(partitions)}")
+        if names:
+            argv.append(f"--name={','.join(names)}")
+        if nodes is not None:
+            argv.append(f"--nodelist={nodes}")
+        if job_ids:
+            argv.append(f"--jobs={','.join(str(int(j)) for j in job_ids)}")
+        res = self.runner.run(argv, check=False)
+        if res.returncode != 0:
+            low = res.stderr.lower()
+            if "invalid job id" in low:
+                return []
+            from slurmtower.slurm.runner import classify_failure
+
+            raise classify_failure(res.argv, res.returncode, res.stderr)
+        ids: list[int] = []
+        for line in res.stdout.split():
+            base = line.split("_")[0].split("+")[0]
+            if base.isdigit():
+                ids.append(int(base))
+        return sorted(set(ids))
+
+    def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]:
+        text = self.runner.run(["scontrol", "-o", "show", "steps"]).stdout
+        steps = ad.parse_steps_text(text)
+        if job_ids is None:
+            return steps
+        wanted = {int(j) for j in job_ids}
+        return [s for s in steps if s.job_id in wanted]
+
+    def partitions(self) -> list[Partition]:
+        if self._modern():
+            return ad.parse_partitions_json(self._json(["scontrol", "show", "partition", "--json"]))
+        return ad.parse_partitions_text(self.runner.run(["scontrol", "-o", "show", "partition"]).stdout)
+
+    def reservations(self) -> list[Reservation]:
+        if self._modern():
+            return ad.parse_reservations_json(self._json(["scontrol", "show", "reservation", "--json"]))
+        res = self.runner.run(["scontrol", "-o", "show", "reservation"])
+        return ad.parse_reservations_text(res.stdout)
+
+    def config(self) -> ClusterConfig:
+        return ad.parse_config_text(self.runner.run(["scontrol", "show", "config"]).stdout)
+
+    def stats(self) -> ControllerStats:
+        if self._modern():
+            return ad.parse_sdiag_json(self._json(["sdiag", "--json"]))
+        return ad.parse_sdiag_text(self.runner.run(["sdiag"]).stdout)
+
+    def triggers(self) -> list[Trigger]:
+        res = self.runner.run(["strigger", "--get"], check=False)
+        if res.returncode != 0 and "no triggers" in (res.stderr + res.stdout).lower():
+            return []
+        if res.returncode != 0:
+            from slurmtower.slurm.runner import classify_failure
+
+            raise classify_failure(res.argv, res.returncode, res.stderr)
+        return ad.parse_triggers_text(res.stdout)
+
+    # -- acts -------------------------------------------------------------------------
+    def update_nodes(self, nodes: NodeSet, *, state: str | None = None, reason: str | None = None,
+                     **fields: str) -> None:
+        if not nodes:
+            raise InvalidInput("nodes: empty node set", param="nodes")
+        argv = ["scontrol", "update", f"nodename={nodes}"]
+        for key, value in fields.items():
+            keyword = NODE_UPDATE_FIELDS.get(key)
+            if keyword is None or key in {"state", "reason"}:
+                raise InvalidInput(f"node field {key!r} cannot be updated", param=key)
+            argv.append(f"{keyword}={value}")
+        if state is not None:
+            argv.append(f"state={state.upper()}")
+        if reason is not None:
+            argv.append(f"reason={reason}")
+        if len(argv) == 3:
+            raise InvalidInput("nothing to update", param="infos")
+        self.runner.run(argv)
+
+    def drain(self, nodes: NodeSet, *, reason: str) -> None:
+        self.update_nodes(nodes, state="DRAIN", reason=reason)
+
+    def down(self, nodes: NodeSet, *, reason: str) -> None:
+        self.update_nodes(nodes, state="DOWN", reason=reason)
+
+    def resume(self, nodes: NodeSet) -> None:
+        self.update_nodes(nodes, state="RESUME")
+
+    def undrain(self, nodes: NodeSet) -> None:
+        self.update_nodes(nodes, state="UNDRAIN")
+
+    def create_reservation(
+        self,
+        name: str,
+        *,
+        nodes: NodeSet,
+        start_time: datetime | Literal["now"] = "now",
+        duration: timedelta | None = None,
+        users: Sequence[str] = ("root",),
+        accounts: Sequence[str] = (),
+        flags: Sequence[str] = (),
+    ) -> str:
+        argv = ["scontrol", "create", "reservation", f"reservationname={name}", f"nodes={nodes}",
+                f"starttime={_fmt_time(start_time)}", f"duration={_fmt_duration(duration)}"]
+        if users:
+            argv.append(f"users={','.join(users)}")
+        if accounts:
+            argv.append(f"accounts={','.join(accounts)}")
+        if flags:
+            argv.append(f"flags={','.join(f.upper() for f in flags)}")
+        out = self.runner.run(argv).stdout
+        created = out.strip().rsplit(":", 1)[-1].strip()
+        return created or name
+
+    def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
+                           duration: timedelta | None = None, users: Sequence[str] | None = None,
+                           flags: Sequence[str] | None = None) -> None:
+        # Slurm 22.05 has no `nodes+=`: callers pass the full node list.
+        argv = ["scontrol", "update", f"reservationname={name}"]
+        if nodes is not None:
+            argv.append(f"nodes={nodes}")
+        if duration is not None:
+            argv.append(f"duration={_fmt_duration(duration)}")
+        if users is not None:
+            argv.append(f"users={','.join(users)}")
+        if flags is not None:
+            argv.append(f"flags={','.join(f.upper() for f in flags)}")
+        if len(argv) == 3:
+            raise InvalidInput("nothing to update", param="props")
+        self.runner.run(argv)
+
+    def delete_reservation(self, name: str) -> None:
+        self.runner.run(["scontrol", "delete", f"reservationname={name}"])
+
+    def set_trigger(
+        self,
+        *,
+        event: str,
+        program: str,
+        nodes: NodeSet | None = None,
+        job_id: int | None = None,
+        offset: int = 0,
+        perm: bool = False,
+    ) -> int:
+        if event not in TRIGGER_EVENTS:
+            raise InvalidInput(f"event {event!r} is not one of {', '.join(TRIGGER_EVENTS)}", param="event")
+        argv = ["strigger", "--set"]
+        if job_id is not None:
+            if event not in {"fini", "time"}:
+                raise InvalidInput(f"event {event!r} is not a job event (fini, time)", param="event")
+            argv += [f"--jobid={int(job_id)}", f"--{event}"]
+        elif event in {"fini", "time"}:
+            raise InvalidInput(f"event {event!r} needs a jobid", param="jobid")
+        elif event == "reconfig":
+            argv.append("--reconfig")
+        elif event == "burst_buffer":
+            argv.append("--burst_buffer")
+        else:
+            argv += [f"--node={nodes}" if nodes else "--node", f"--{event}"]
+        if offset:
+            argv.append(f"--offset={int(offset)}")
+        if perm:
+            argv.append("--flags=PERM")
+        argv.append(f"--program={program}")
+        self.runner.run(argv, as_user=self.slurm_user)
+        # strigger --set prints no id: find the newest matching trigger of SlurmUser.
+        candidates = [
+            t for t in self.triggers()
+            if t.program == program and t.user == self.slurm_user and (t.type == event or event == "burst_buffer")
+        ]
+        if not candidates:
+            raise SlurmError("strigger accepted the trigger but it is not listed by strigger --get",
+                             argv=argv)
+        return max(t.trigger_id for t in candidates)
+
+    def clear_triggers(self, trigger_ids: Sequence[int], *, user: str | None = None) -> None:
+        for tid in trigger_ids:
+            argv = ["strigger", "--clear", f"--id={int(tid)}"]
+            if user:
+                argv.append(f"--user={user}")
+            self.runner.run(argv)

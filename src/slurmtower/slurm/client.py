@@ -1,0 +1,183 @@
+"""The SlurmClient protocol: the one typed way everything above talks to Slurm.
+
+Nouns for reads (``nodes()``, ``jobs()``), verbs for acts (``drain(nodes, reason=...)``).
+Two backends implement it: :class:`~slurmtower.slurm.cli_backend.CliSlurmClient` (the
+Slurm commands) and :class:`~slurmtower.slurm.rest_backend.RestSlurmClient` (slurmrestd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal, Protocol, runtime_checkable
+
+from slurmtower.models import (
+    ClusterConfig,
+    ControllerStats,
+    Job,
+    JobStep,
+    Node,
+    Partition,
+    Reservation,
+    SlurmVersion,
+    Trigger,
+)
+from slurmtower.nodeset import NodeSet
+
+__all__ = [
+    "NODE_STATES_SETTABLE",
+    "NODE_UPDATE_FIELDS",
+    "TRIGGER_EVENTS",
+    "Capabilities",
+    "SlurmClient",
+]
+
+#: States ``scontrol update nodename=... state=`` accepts that slurmtower offers.
+NODE_STATES_SETTABLE = ("DOWN", "DRAIN", "RESUME", "UNDRAIN", "FAIL", "FUTURE", "IDLE")
+
+#: Node fields Slurm can update (scontrol man page; checked on 22.05), with the keyword
+#: scontrol wants. Anything else is refused before a command runs.
+NODE_UPDATE_FIELDS: dict[str, str] = {
+    "features": "AvailableFeatures",
+    "available_features": "AvailableFeatures",
+    "active_features": "ActiveFeatures",
+    "weight": "Weight",
+    "comment": "Comment",
+    "extra": "Extra",
+    "gres": "Gres",
+    "reason": "Reason",
+    "state": "State",
+    "cpu_bind": "CpuBind",
+}
+
+#: strigger events slurmtower can arm (the seed's list plus job events).
+TRIGGER_EVENTS = ("burst_buffer", "drained", "down", "fail", "up", "idle", "reconfig", "fini", "time")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do against the Slurm release it talks to."""
+
+    backend: Literal["cli", "rest"]
+    version: SlurmVersion
+    scontrol_json: bool = False
+    """``scontrol show ... --json`` exists (23.02 and later)."""
+    sdiag_json: bool = False
+    json_filters: bool = False
+    """``squeue/sinfo --json`` honour their filter options (22.05 ignores them)."""
+    rest_node_update: bool = False
+    """slurmrestd can update nodes (23.02 and later)."""
+    rest_api_versions: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    unsupported: dict[str, str] = field(default_factory=dict)
+    """Operation -> why this backend cannot do it."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "slurm_version": str(self.version),
+            "data_parser": self.version.data_parser,
+            "scontrol_json": self.scontrol_json,
+            "sdiag_json": self.sdiag_json,
+            "json_filters": self.json_filters,
+            "rest_node_update": self.rest_node_update,
+            "rest_api_versions": list(self.rest_api_versions),
+            "reads": list(self.reads),
+            "writes": list(self.writes),
+            "unsupported": dict(self.unsupported),
+        }
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """Reads and acts on one Slurm cluster. Errors are :mod:`slurmtower.errors` types."""
+
+    def version(self) -> SlurmVersion: ...
+
+    def capabilities(self) -> Capabilities: ...
+
+    # -- reads ------------------------------------------------------------------------
+    def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
+        """All nodes, or those of ``nodes`` (unknown names raise :class:`NotFound`)."""
+        ...
+
+    def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """Jobs slurmctld knows (pending, running, and finished within MinJobAge)."""
+        ...
+
+    def job_ids(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[int]:
+        """Ids of the jobs matching filters Slurm applies itself (cheap: no job details)."""
+        ...
+
+    def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]: ...
+
+    def partitions(self) -> list[Partition]: ...
+
+    def reservations(self) -> list[Reservation]: ...
+
+    def config(self) -> ClusterConfig: ...
+
+    def stats(self) -> ControllerStats: ...
+
+    def triggers(self) -> list[Trigger]: ...
+
+    def ping(self) -> bool: ...
+
+    # -- acts -------------------------------------------------------------------------
+    def update_nodes(self, nodes: NodeSet, *, state: str | None = None, reason: str | None = None,
+                     **fields: str) -> None:
+        """One ``scontrol update`` for the whole node set."""
+        ...
+
+    def drain(self, nodes: NodeSet, *, reason: str) -> None: ...
+
+    def down(self, nodes: NodeSet, *, reason: str) -> None: ...
+
+    def resume(self, nodes: NodeSet) -> None: ...
+
+    def undrain(self, nodes: NodeSet) -> None: ...
+
+    def create_reservation(
+        self,
+        name: str,
+        *,
+        nodes: NodeSet,
+        start_time: datetime | Literal["now"] = "now",
+        duration: timedelta | None = None,
+        users: Sequence[str] = ("root",),
+        accounts: Sequence[str] = (),
+        flags: Sequence[str] = (),
+    ) -> str: ...
+
+    def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
+                           duration: timedelta | None = None, users: Sequence[str] | None = None,
+                           flags: Sequence[str] | None = None) -> None: ...
+
+    def delete_reservation(self, name: str) -> None: ...
+
+    def set_trigger(
+        self,
+        *,
+        event: str,
+        program: str,
+        nodes: NodeSet | None = None,
+        job_id: int | None = None,
+        offset: int = 0,
+        perm: bool = False,
+    ) -> int:
+        """Arm an strigger as SlurmUser; returns the trigger id."""
+        ...
+
+    def clear_triggers(self, trigger_ids: Sequence[int], *, user: str | None = None) -> None: ...

@@ -1,0 +1,344 @@
+"""The slurmrestd backend: reads over slurmrestd's REST API, returning the same models.
+
+It detects the API versions the server offers (``/openapi/v3``) and uses the newest one it
+knows. What slurmrestd cannot do is said clearly: 22.05's slurmrestd (v0.0.36-38) cannot
+update nodes or reservations, set triggers or read slurmctld's config. Such operations go
+to ``fallback`` (a CLI client) when one is given, and raise :class:`Unsupported` otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import jwt
+
+from slurmtower.errors import (
+    NotFound,
+    SlurmError,
+    SlurmRequestError,
+    SlurmTimeout,
+    SlurmUnavailable,
+    Unsupported,
+)
+from slurmtower.models import (
+    ClusterConfig,
+    ControllerStats,
+    Job,
+    JobStep,
+    Node,
+    Partition,
+    Reservation,
+    SlurmVersion,
+    Trigger,
+)
+from slurmtower.nodeset import NodeSet
+from slurmtower.slurm import adapters as ad
+from slurmtower.slurm.client import Capabilities, SlurmClient
+from slurmtower.slurm.runner import CallObserver
+
+__all__ = ["RestSlurmClient"]
+
+_API_RE = re.compile(r"^/slurm/(v0\.0\.(\d+))/")
+#: API versions this backend can parse (adapters cover each of them).
+_KNOWN = {36, 37, 38, 39, 40, 41, 42, 43, 44}
+_READS = ("nodes", "jobs", "job_ids", "partitions", "reservations", "stats", "ping")
+
+
+class RestSlurmClient:
+    """A :class:`~slurmtower.slurm.client.SlurmClient` over slurmrestd (JWT auth)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        user: str = "root",
+        token: str | None = None,
+        jwt_key_file: Path | None = None,
+        timeout: float = 30.0,
+        fallback: SlurmClient | None = None,
+        transport: httpx.BaseTransport | None = None,
+        observers: list[CallObserver] | None = None,
+    ) -> None:
+        if base_url.startswith("unix:"):
+            transport = transport or httpx.HTTPTransport(uds=base_url[len("unix:"):])
+            base_url = "http://slurmrestd"
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self.user = user
+        self._token = token
+        self._key_file = jwt_key_file
+        self._minted: tuple[str, float] | None = None
+        self.fallback = fallback
+        self.observers = observers if observers is not None else []
+        self._api: str | None = None
+        self._api_versions: tuple[str, ...] = ()
+        self._version: SlurmVersion | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        token = self._token
+        if token is None and self._key_file is not None:
+            now = time.time()
+            if self._minted is None or self._minted[1] - now < 60:
+                key = self._key_file.read_bytes()
+                exp = now + 900
+                minted = jwt.encode({"exp": int(exp), "iat": int(now), "sun": self.user}, key, algorithm="HS256")
+                self._minted = (minted, exp)
+            token = self._minted[0]
+        headers = {"X-SLURM-USER-NAME": self.user}
+        if token:
+            headers["X-SLURM-USER-TOKEN"] = token
+        return headers
+
+    def _get(self, path: str, *, kind: str) -> dict[str, Any]:
+        started = time.monotonic()
+        ok = False
+        try:
+            resp = self._http.get(path, headers=self._headers())
+            ok = resp.status_code < 400
+        except httpx.TimeoutException as exc:
+            raise SlurmTimeout(f"slurmrestd {path} timed out", argv=["GET", path]) from exc
+        except httpx.TransportError as exc:
+            raise SlurmUnavailable(f"slurmrestd unreachable: {exc}", argv=["GET", path]) from exc
+        finally:
+            for observer in self.observers:
+                observer(f"rest {kind}", time.monotonic() - started, ok)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        errors = doc.get("errors") or [] if isinstance(doc, dict) else []
+        if resp.status_code >= 400 or errors:
+            msg = "; ".join(str(e.get("description") or e.get("error") or e) for e in errors) or resp.text[:200]
+            if resp.status_code in (401, 403):
+                raise SlurmRequestError(f"slurmrestd refused authentication: {msg}", argv=["GET", path])
+            if "unable to contact" in msg.lower() or "unable to load" in msg.lower():
+                raise SlurmUnavailable(f"slurmrestd: {msg}", argv=["GET", path], returncode=resp.status_code)
+            raise SlurmRequestError(f"slurmrestd: {msg}", argv=["GET", path], returncode=resp.status_code)
+        if not isinstance(doc, dict):
+            raise SlurmError(f"slurmrestd {path} returned non-object JSON", argv=["GET", path])
+        return doc
+
+    def _detect(self) -> str:
+        if self._api is None:
+            with self._lock:
+                if self._api is None:
+                    spec = self._get("/openapi/v3", kind="openapi")
+                    versions = sorted(
+                        {int(m[2]) for p in spec.get("paths", {}) if (m := _API_RE.match(p))}
+                    )
+                    usable = [v for v in versions if v in _KNOWN]
+                    if not usable:
+                        raise Unsupported(f"slurmrestd offers no known API version ({versions})")
+                    self._api_versions = tuple(f"v0.0.{v}" for v in versions)
+                    self._api = f"v0.0.{usable[-1]}"
+        return self._api
+
+    def _slurm(self, what: str) -> dict[str, Any]:
+        api = self._detect()
+        doc = self._get(f"/slurm/{api}/{what}", kind=what.split("/")[0])
+        if self._version is None:
+            self._version = ad.detect_version(doc)
+        return doc
+
+    def _unsupported(self, op: str) -> SlurmClient:
+        if self.fallback is not None:
+            return self.fallback
+        raise Unsupported(f"slurmrestd {self._api or ''} cannot {op}; use the CLI backend".replace("  ", " "))
+
+    # -- detection --------------------------------------------------------------------
+    def version(self) -> SlurmVersion:
+        if self._version is None:
+            self._slurm("ping")
+        assert self._version is not None
+        return self._version
+
+    def capabilities(self) -> Capabilities:
+        version = self.version()
+        node_update = int(self._detect().rsplit(".", 1)[1]) >= 39
+        unsupported = {
+            "config": "slurmrestd has no slurmctld configuration endpoint",
+            "triggers": "slurmrestd cannot read or set triggers",
+            "set_trigger": "slurmrestd cannot read or set triggers",
+            "job_steps": "slurmrestd has no step listing",
+            "create_reservation": "slurmrestd cannot create, update or delete reservations",
+            "update_reservation": "slurmrestd cannot create, update or delete reservations",
+            "delete_reservation": "slurmrestd cannot create, update or delete reservations",
+        }
+        if not node_update:
+            unsupported["update_nodes"] = f"slurmrestd {self._api} cannot update nodes (23.02+ can)"
+        return Capabilities(
+            backend="rest",
+            version=version,
+            rest_node_update=node_update,
+            json_filters=True,
+            rest_api_versions=self._api_versions,
+            reads=_READS,
+            writes=("update_nodes", "drain", "down", "resume", "undrain") if node_update else (),
+            unsupported=unsupported,
+        )
+
+    # -- reads ------------------------------------------------------------------------
+    def ping(self) -> bool:
+        doc = self._slurm("ping")
+        pings = doc.get("pings") or []
+        return any(str(p.get("ping") or p.get("pinged") or "").upper() in {"UP", "RESPONDING"} or
+                   p.get("responding") is True for p in pings)
+
+    def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
+        result = ad.parse_nodes_json(self._slurm("nodes"))
+        if nodes is None:
+            return result
+        wanted = set(nodes)
+        found = [n for n in result if n.name in wanted]
+        missing = wanted - {n.name for n in found}
+        if missing:
+            raise NotFound(f"unknown node(s): {NodeSet(sorted(missing))}", param="nodes")
+        return found
+
+    def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        result = ad.parse_jobs_json(self._slurm("jobs"))
+        if job_ids is None:
+            return result
+        wanted = {int(j) for j in job_ids}
+        return [j for j in result if j.job_id in wanted]
+
+    def job_ids(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[int]:
+        node_names = set(nodes) if nodes is not None else None
+        out = []
+        for job in self.jobs(job_ids or None):
+            if users and job.user_name not in users:
+                continue
+            if accounts and job.account not in accounts:
+                continue
+            if partitions and job.partition not in partitions:
+                continue
+            if states and (job.state is None or job.state.value not in {s.upper() for s in states}):
+                continue
+            if names and job.name not in names:
+                continue
+            if node_names is not None and not (node_names & set(NodeSet(job.nodes or "") if job.nodes else ())):
+                continue
+            out.append(job.job_id)
+        return sorted(set(out))
+
+    def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]:
+        return self._unsupported("list job steps").job_steps(job_ids)
+
+    def partitions(self) -> list[Partition]:
+        return ad.parse_partitions_json(self._slurm("partitions"))
+
+    def reservations(self) -> list[Reservation]:
+        return ad.parse_reservations_json(self._slurm("reservations"))
+
+    def config(self) -> ClusterConfig:
+        return self._unsupported("read slurmctld's configuration").config()
+
+    def stats(self) -> ControllerStats:
+        return ad.parse_sdiag_json(self._slurm("diag"))
+
+    def triggers(self) -> list[Trigger]:
+        return self._unsupported("read triggers").triggers()
+
+    # -- acts -------------------------------------------------------------------------
+    def update_nodes(self, nodes: NodeSet, *, state: str | None = None, reason: str | None = None,
+                     **fields: str) -> None:
+        api = self._detect()
+        if int(api.rsplit(".", 1)[1]) < 39:
+            self._unsupported(f"update nodes (API {api})").update_nodes(nodes, state=state, reason=reason,
+                                                                          **fields)
+            return
+        body: dict[str, Any] = {k: v for k, v in fields.items()}
+        if state is not None:
+            body["state"] = [state.upper()]
+        if reason is not None:
+            body["reason"] = reason
+        # One request for the whole set (slurmrestd accepts a hostlist in the path).
+        started = time.monotonic()
+        ok = False
+        try:
+            resp = self._http.post(f"/slurm/{api}/node/{nodes}", json=body, headers=self._headers())
+            ok = resp.status_code < 400
+        except httpx.TransportError as exc:
+            raise SlurmUnavailable(f"slurmrestd unreachable: {exc}") from exc
+        finally:
+            for observer in self.observers:
+                observer("rest node_update", time.monotonic() - started, ok)
+        if not ok:
+            raise SlurmRequestError(f"slurmrestd refused the node update: {resp.text[:300]}",
+                                    returncode=resp.status_code)
+
+    def drain(self, nodes: NodeSet, *, reason: str) -> None:
+        self.update_nodes(nodes, state="DRAIN", reason=reason)
+
+    def down(self, nodes: NodeSet, *, reason: str) -> None:
+        self.update_nodes(nodes, state="DOWN", reason=reason)
+
+    def resume(self, nodes: NodeSet) -> None:
+        self.update_nodes(nodes, state="RESUME")
+
+    def undrain(self, nodes: NodeSet) -> None:
+        self.update_nodes(nodes, state="UNDRAIN")
+
+    def create_reservation(
+        self,
+        name: str,
+        *,
+        nodes: NodeSet,
+        start_time: datetime | Literal["now"] = "now",
+        duration: timedelta | None = None,
+        users: Sequence[str] = ("root",),
+        accounts: Sequence[str] = (),
+        flags: Sequence[str] = (),
+    ) -> str:
+        return self._unsupported("create reservations").create_reservation(
+            name, nodes=nodes, start_time=start_time, duration=duration, users=users, accounts=accounts,
+            flags=flags,
+        )
+
+    def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
+                           duration: timedelta | None = None, users: Sequence[str] | None = None,
+                           flags: Sequence[str] | None = None) -> None:
+        self._unsupported("update reservations").update_reservation(
+            name, nodes=nodes, duration=duration, users=users, flags=flags
+        )
+
+    def delete_reservation(self, name: str) -> None:
+        self._unsupported("delete reservations").delete_reservation(name)
+
+    def set_trigger(
+        self,
+        *,
+        event: str,
+        program: str,
+        nodes: NodeSet | None = None,
+        job_id: int | None = None,
+        offset: int = 0,
+        perm: bool = False,
+    ) -> int:
+        return self._unsupported("set triggers").set_trigger(
+            event=event, program=program, nodes=nodes, job_id=job_id, offset=offset, perm=perm
+        )
+
+    def clear_triggers(self, trigger_ids: Sequence[int], *, user: str | None = None) -> None:
+        self._unsupported("clear triggers").clear_triggers(trigger_ids, user=user)

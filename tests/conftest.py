@@ -1,0 +1,117 @@
+"""Fixtures for the real local cluster (``slurmtower devcluster``) and its servers.
+
+The cluster is brought up once per session (a quick no-op when it runs). Tests that change
+node states use ``clean_nodes``, which puts every node back in service afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmtower.devcluster import DevCluster
+from slurmtower.nodeset import NodeSet
+from slurmtower.settings import Settings, load_settings
+from slurmtower.slurm import CliSlurmClient, CommandRunner
+
+ALL_NODES = NodeSet("n[1-4]")
+
+
+def _can_run_cluster() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+@pytest.fixture(scope="session")
+def devcluster() -> Iterator[DevCluster]:
+    """The local real Slurm cluster, up."""
+    if not _can_run_cluster():
+        pytest.skip("the local Slurm cluster needs root on Debian")
+    cluster = DevCluster(log=lambda _m: None)
+    cluster.up()
+    os.environ["SLURM_CONF"] = str(cluster.slurm_conf)
+    os.environ["SLURMTOWER_CONFIG"] = str(cluster.tower_conf)
+    yield cluster
+
+
+@pytest.fixture(scope="session")
+def cluster_settings(devcluster: DevCluster) -> Settings:
+    """slurmtower settings pointing at the devcluster (store in the cluster's state dir)."""
+    return load_settings(devcluster.tower_conf, environ={})
+
+
+@pytest.fixture()
+def settings(devcluster: DevCluster, tmp_path: Path) -> Settings:
+    """Devcluster settings with a private, empty slurmtower store for this test."""
+    s = load_settings(devcluster.tower_conf, environ={})
+    s.state_dir = tmp_path
+    return s
+
+
+@pytest.fixture(scope="session")
+def runner(devcluster: DevCluster) -> CommandRunner:
+    return CommandRunner(timeout=30, env={"SLURM_CONF": str(devcluster.slurm_conf)})
+
+
+@pytest.fixture(scope="session")
+def client(runner: CommandRunner) -> CliSlurmClient:
+    return CliSlurmClient(runner)
+
+
+def sh(*argv: str, check: bool = True, timeout: float = 30) -> str:
+    """Run a Slurm command against the devcluster directly (the test's own view)."""
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def node_states() -> dict[str, str]:
+    """``{node: scontrol state}`` as Slurm itself prints it, e.g. ``IDLE+DRAIN``."""
+    out = sh("scontrol", "-o", "show", "node")
+    states = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        states[fields["NodeName"]] = fields["State"]
+    return states
+
+
+def wait_for(check, timeout: float = 30, step: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+def restore_all_nodes(cluster: DevCluster) -> None:
+    """Every slurmd running and every node back in service with no reason."""
+    for n in ALL_NODES:
+        cluster.restore_node(n)
+    states = node_states()
+    bad = [n for n, s in states.items() if any(w in s for w in ("DRAIN", "DOWN", "FAIL", "FUTURE"))]
+    if bad:
+        subprocess.run(["scontrol", "update", f"nodename={NodeSet(bad)}", "state=RESUME"],
+                       capture_output=True, check=False)
+        bad_after = [n for n, s in node_states().items() if "DRAIN" in s or "FAIL" in s]
+        if bad_after:
+            subprocess.run(["scontrol", "update", f"nodename={NodeSet(bad_after)}", "state=UNDRAIN"],
+                           capture_output=True, check=False)
+    wait_for(lambda: all(not any(w in s for w in ("DOWN", "DRAIN", "NOT_RESPONDING", "FAIL", "FUTURE"))
+                         for s in node_states().values()), 40, what="all nodes back in service")
+
+
+@pytest.fixture()
+def clean_nodes(devcluster: DevCluster) -> Iterator[DevCluster]:
+    """For tests that change node states: all nodes in service before and after."""
+    restore_all_nodes(devcluster)
+    yield devcluster
+    restore_all_nodes(devcluster)
