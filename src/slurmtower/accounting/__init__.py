@@ -1,1 +1,40 @@
-"""slurmtower.accounting."""
+"""slurmtower.accounting: read-only access to slurmdbd's database and the /history query language.
+
+::
+
+    db = AccountingDB.from_settings(settings)
+    page = db.history(parse_history_query("jobid<=987654&user=alice&limit=25"))
+    more = db.history(parse_history_query(f"jobid<=987654&user=alice&limit=25&cursor={page.next_cursor}"))
+"""
+
+from __future__ import annotations
+
+from slurmtower.accounting.db import FIND_JOBS_CRITERIA, AccountingDB, decode_wait_status, parse_tres
+from slurmtower.accounting.query import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Comparator,
+    Cursor,
+    HistoryOrder,
+    HistoryQuery,
+    parse_history_query,
+    parse_job_state,
+)
+from slurmtower.accounting.tables import AccountingTables, build_tables
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "FIND_JOBS_CRITERIA",
+    "MAX_LIMIT",
+    "AccountingDB",
+    "AccountingTables",
+    "Comparator",
+    "Cursor",
+    "HistoryOrder",
+    "HistoryQuery",
+    "build_tables",
+    "decode_wait_status",
+    "parse_history_query",
+    "parse_job_state",
+    "parse_tres",
+]

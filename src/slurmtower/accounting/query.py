@@ -1,0 +1,277 @@
+"""The /history query language, compatible with the Flask "Slurm RestAPI" it replaces.
+
+A query string is ``&``-separated ``<name><op><value>`` terms. It must be parsed from the
+*raw* query string: ``jobid<=987654`` and ``jobid<5`` are not ``key=value`` pairs.
+
+=================  ======================  =============================================
+filter             comparators             value
+=================  ======================  =============================================
+limit              =                       1..1000, default 10
+offset             =                       rows to skip (seed compatible; prefer cursor)
+cursor             =                       opaque ``next_cursor`` of the previous page
+user               =                       user name (or uid when no such name)
+partition          =                       partition name
+account            =                       account name
+jobname            =                       exact job name
+associd            =                       association id
+state              =                       0-11 or a name: FAILED, failed, JOB_FAILED, F ...
+jobid              = > < >= <=             job id; may repeat to give a range
+submitted_after    =                       ISO 8601 (naive = UTC) or Unix seconds;
+submitted_before   =                       ``*_after`` is inclusive, ``*_before`` exclusive,
+started_after ...  =                       ``started_*``/``ended_*`` skip jobs that never
+ended_before       =                       started/ended
+=================  ======================  =============================================
+
+Order: newest submission first (``job_db_inx DESC``, slurmdbd's primary key, so keyset
+paging is exact even across requeues and ``--fresh`` job id restarts). When a ``jobid``
+filter is given the order is ``id_job DESC, time_submit DESC`` instead: that is the
+``id_job`` unique index, so a range like ``jobid<=700000`` reads only matching rows.
+A cursor remembers which order it belongs to.
+
+Every malformed term raises :class:`InvalidInput` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Literal
+from urllib.parse import unquote_plus
+
+from slurmtower.errors import InvalidInput
+from slurmtower.models.accounting import JOB_STATE_NAMES
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "Comparator",
+    "Cursor",
+    "HistoryOrder",
+    "HistoryQuery",
+    "parse_history_query",
+    "parse_job_state",
+]
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 1000
+_MAX_VALUE_LEN = 256
+_UINT32 = 2**32 - 1
+
+Comparator = Literal["=", ">", "<", ">=", "<="]
+HistoryOrder = Literal["submit", "jobid"]
+
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_TERM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(>=|<=|>|<|=)(.*)$", re.S)
+_TIME_FILTERS = (
+    "submitted_after",
+    "submitted_before",
+    "started_after",
+    "started_before",
+    "ended_after",
+    "ended_before",
+)
+_EQUALITY_ONLY = frozenset(
+    {
+        "limit",
+        "offset",
+        "cursor",
+        "user",
+        "partition",
+        "account",
+        "jobname",
+        "associd",
+        "state",
+        *_TIME_FILTERS,
+    }
+)
+
+_STATE_ALIASES: dict[str, int] = {}
+for _code, _name in enumerate(JOB_STATE_NAMES):
+    _STATE_ALIASES[_name] = _code
+    _STATE_ALIASES[f"JOB_{_name}"] = _code
+_STATE_ALIASES.update(
+    {
+        # the seed's table says JOB_COMPLETE; sacct's short codes
+        "COMPLETE": 3,
+        "JOB_COMPLETE": 3,
+        "CANCELED": 4,
+        "OOM": 11,
+        "PD": 0,
+        "R": 1,
+        "S": 2,
+        "CD": 3,
+        "CA": 4,
+        "F": 5,
+        "TO": 6,
+        "NF": 7,
+        "PR": 8,
+        "BF": 9,
+        "DL": 10,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Keyset position: the sort key of the last row of the previous page."""
+
+    order: HistoryOrder
+    key: tuple[int, ...]
+
+    def encode(self) -> str:
+        raw = json.dumps([self.order[0], *self.key], separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """Raises :class:`InvalidInput` (param ``cursor``) for anything not made by :meth:`encode`."""
+        try:
+            data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+            raise InvalidInput("cursor is not a cursor from a previous page", param="cursor") from exc
+        orders: dict[str, tuple[HistoryOrder, int]] = {"s": ("submit", 1), "j": ("jobid", 2)}
+        if (
+            not isinstance(data, list)
+            or not data
+            or data[0] not in orders
+            or len(data) != orders[data[0]][1] + 1
+            or not all(type(v) is int and 0 <= v < 2**63 for v in data[1:])
+        ):
+            raise InvalidInput("cursor is not a cursor from a previous page", param="cursor")
+        return cls(order=orders[data[0]][0], key=tuple(data[1:]))
+
+
+@dataclass(frozen=True)
+class HistoryQuery:
+    """A parsed /history query. Build with :func:`parse_history_query` or directly."""
+
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0
+    cursor: Cursor | None = None
+    user: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    jobname: str | None = None
+    associd: int | None = None
+    state: int | None = None
+    jobid: tuple[tuple[Comparator, int], ...] = ()
+    submitted_after: datetime | None = None
+    submitted_before: datetime | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    ended_after: datetime | None = None
+    ended_before: datetime | None = None
+
+    @property
+    def order(self) -> HistoryOrder:
+        return "jobid" if self.jobid else "submit"
+
+    def after(self, cursor: Cursor) -> HistoryQuery:
+        """The same query, continuing after ``cursor`` (the next page)."""
+        return replace(self, cursor=cursor, offset=0)
+
+
+def parse_job_state(value: str, *, param: str = "state") -> int:
+    """A job state code from a number 0-11 or a name (FAILED, failed, JOB_FAILED, F).
+
+    Raises :class:`InvalidInput` naming ``param``.
+    """
+    text = value.strip()
+    if _DIGITS.fullmatch(text):
+        code = int(text)
+        if code < len(JOB_STATE_NAMES):
+            return code
+        raise InvalidInput(
+            f"state must be 0-{len(JOB_STATE_NAMES) - 1} or a state name, not {value!r}", param=param
+        )
+    code_or_none = _STATE_ALIASES.get(text.upper())
+    if code_or_none is None:
+        raise InvalidInput(f"unknown job state {value!r}", param=param)
+    return code_or_none
+
+
+def _int(value: str, param: str, *, minimum: int, maximum: int) -> int:
+    if not _DIGITS.fullmatch(value):
+        raise InvalidInput(f"{param} must be a whole number, not {value!r}", param=param)
+    number = int(value)
+    if not minimum <= number <= maximum:
+        raise InvalidInput(f"{param} must be between {minimum} and {maximum}, not {number}", param=param)
+    return number
+
+
+def _time(value: str, param: str) -> datetime:
+    text = value.strip()
+    try:
+        if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", text):
+            return datetime.fromtimestamp(float(text), UTC)
+        parsed = datetime.fromisoformat(text)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise InvalidInput(
+            f"{param} must be an ISO 8601 time or Unix seconds, not {value!r}", param=param
+        ) from exc
+    # Naive times are read as UTC: the API must not depend on the server's local zone.
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def parse_history_query(raw_query_string: str) -> HistoryQuery:
+    """Parse a raw /history query string (``jobid<=987654&user=alice&limit=25``).
+
+    Raises :class:`InvalidInput` with ``param`` set for an unknown filter, a comparator the
+    filter does not allow (``user>x``), a repeated filter, a malformed or out-of-range value,
+    or a cursor that does not belong to this query's order.
+    """
+    values: dict[str, object] = {}
+    jobid: list[tuple[Comparator, int]] = []
+    text = raw_query_string[1:] if raw_query_string.startswith("?") else raw_query_string
+    for part in text.split("&"):
+        if not part:
+            continue
+        # Split on '&' before decoding so an encoded %26 stays inside its value; decode
+        # before finding the operator because clients may send jobid%3C%3D5 for jobid<=5.
+        term = unquote_plus(part)
+        match = _TERM.match(term)
+        if match is None:
+            lead = re.match(r"[A-Za-z0-9_]*", term)
+            param = lead.group(0) if lead and lead.group(0) else term[:40]
+            raise InvalidInput(f"malformed filter {term[:80]!r}: expected name, operator, value", param=param)
+        name, op, value = match.group(1), match.group(2), match.group(3)
+        if name not in _EQUALITY_ONLY and name != "jobid":
+            raise InvalidInput(f"unknown filter {name!r}", param=name)
+        if name in _EQUALITY_ONLY and op != "=":
+            raise InvalidInput(f"filter {name!r} only allows '=', not {op!r}", param=name)
+        if value == "":
+            raise InvalidInput(f"filter {name!r} has an empty value", param=name)
+        if len(value) > _MAX_VALUE_LEN:
+            raise InvalidInput(f"value of {name!r} is too long", param=name)
+        if name == "jobid":
+            jobid.append((op, _int(value, name, minimum=0, maximum=_UINT32)))  # type: ignore[arg-type]
+            continue
+        if name in values:
+            raise InvalidInput(f"filter {name!r} given twice", param=name)
+        parsed: object
+        if name == "limit":
+            parsed = _int(value, name, minimum=1, maximum=MAX_LIMIT)
+        elif name == "offset":
+            parsed = _int(value, name, minimum=0, maximum=2**31 - 1)
+        elif name == "associd":
+            parsed = _int(value, name, minimum=0, maximum=_UINT32)
+        elif name == "state":
+            parsed = parse_job_state(value)
+        elif name == "cursor":
+            parsed = Cursor.decode(value)
+        elif name in _TIME_FILTERS:
+            parsed = _time(value, name)
+        else:
+            parsed = value
+        values[name] = parsed
+    query = HistoryQuery(jobid=tuple(jobid), **values)  # type: ignore[arg-type]
+    if query.cursor is not None:
+        if query.cursor.order != query.order:
+            raise InvalidInput("cursor belongs to a query with other filters", param="cursor")
+        if query.offset:
+            raise InvalidInput("give either offset or cursor, not both", param="offset")
+    return query
