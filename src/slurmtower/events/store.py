@@ -228,6 +228,11 @@ class EventStore:
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def schema(self) -> str | None:
+        """The database schema holding the tables (``None``: the default)."""
+        return self._t.metadata.schema
+
     def close(self) -> None:
         """Release the connection pool."""
         self._engine.dispose()
