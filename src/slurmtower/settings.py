@@ -184,6 +184,9 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX) or key == f"{ENV_PREFIX}CONFIG":
             continue
+        if key.startswith(f"{ENV_PREFIX}DEVCLUSTER_"):
+            # Selects the devcluster instance (slurmtower.devcluster), not a setting.
+            continue
         path = key[len(ENV_PREFIX) :].lower().split("__")
         cur = out
         for part in path[:-1]:
