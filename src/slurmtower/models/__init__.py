@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from slurmtower.models.config import ClusterConfig, config_key
 from slurmtower.models.job import ExitCode, Job, JobState, JobStep, parse_job_state
-from slurmtower.models.node import Node, NodeFlag, NodeState, parse_node_state
+from slurmtower.models.node import Node, NodeFlag, NodeReason, NodeState, parse_node_state
 from slurmtower.models.partition import Partition
 from slurmtower.models.reservation import Reservation
 from slurmtower.models.stats import ControllerStats, RpcStat, RpcUserStat
@@ -24,6 +24,7 @@ __all__ = [
     "JobStep",
     "Node",
     "NodeFlag",
+    "NodeReason",
     "NodeState",
     "Partition",
     "Reservation",

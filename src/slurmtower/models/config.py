@@ -42,7 +42,7 @@ class ClusterConfig(BaseModel):
     as_of: datetime | None = None
     """``Configuration data as of ...``."""
     controllers: dict[str, str] = Field(default_factory=dict)
-    """Controller status lines, e.g. ``{"primary vm": "UP"}``."""
+    """Controller host -> status from the closing lines (``Slurmctld(primary) at vm is UP``)."""
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value of ``key`` (Slurm's name or the snake-case one); ``(null)`` is ``None``."""

@@ -207,6 +207,8 @@ class Job(BaseModel):
     start_time: datetime | None = None
     """Actual start, or slurmctld's expected start for a pending job."""
     end_time: datetime | None = None
+    elapsed: timedelta | None = None
+    """Run time so far (accounting and text sources)."""
     exit_code: ExitCode | None = None
     derived_exit_code: ExitCode | None = None
     batch_host: str | None = None

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 __all__ = [
     "Node",
     "NodeFlag",
+    "NodeReason",
     "NodeState",
     "parse_node_state",
 ]
@@ -270,3 +271,16 @@ class Node(BaseModel):
         """The state the way scontrol prints it, e.g. ``IDLE+DRAIN``."""
         ordered = sorted(self.flags, key=lambda f: (_FLAG_ORDER.get(f, len(_FLAG_ORDER)), f))
         return "+".join([self.state.value, *ordered])
+
+
+class NodeReason(BaseModel):
+    """One line of ``sinfo -R``: why a set of nodes is down or drained."""
+
+    model_config = ConfigDict(frozen=True)
+
+    nodes: str
+    """Folded node list."""
+    reason: str
+    """As sinfo prints it: the default format cuts it to 20 characters."""
+    user: str | None = None
+    changed_at: datetime | None = None

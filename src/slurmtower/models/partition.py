@@ -21,8 +21,10 @@ class Partition(BaseModel):
     """Folded node list, ``n[1-4]``."""
     total_nodes: int | None = None
     total_cpus: int | None = None
-    is_default: bool = False
-    hidden: bool = False
+    is_default: bool | None = None
+    """``None`` when the source does not say: v0.0.40+ JSON dropped the partition flags."""
+    hidden: bool | None = None
+    """``None`` when the source does not say (v0.0.40+ JSON)."""
     max_time: timedelta | None = None
     """``None`` = UNLIMITED."""
     default_time: timedelta | None = None
