@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, StatementError
 
 from slurmtower.errors import ConfigError, InvalidInput, NotFound
 from slurmtower.events.store import EventStore
@@ -136,7 +136,7 @@ def test_node_states_are_saved_with_events_in_one_transaction(store: EventStore)
     bad = Event.model_construct(
         type=NODE_STATE, time=datetime(2026, 1, 1), source="poll", node="n2", payload={}
     )
-    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises
+    with pytest.raises(StatementError, match="naive datetime"):
         store.append([ev("n2"), bad], node_states={"n2": NodeSnapshot("IDLE")})
     assert "n2" not in store.load_node_states()
     assert [e.node for e in store.query()] == ["n1"]
