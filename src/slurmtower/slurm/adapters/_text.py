@@ -425,6 +425,15 @@ def _sacct_rows(text: str) -> list[dict[str, str]]:
     return [dict(zip(header, line.split("|"), strict=False)) for line in lines[1:]]
 
 
+def _node_count(row: dict[str, str]) -> int | None:
+    """NNodes, or the size of NodeList when the -o list has no NNodes."""
+    count = _int(row.get("nnodes"))
+    nodes = text_or_none(row.get("nodelist"))
+    if count is None and nodes is not None and nodes != "None assigned":
+        count = len(NodeSet(nodes))
+    return count
+
+
 def parse_sacct_text(text: str, *, tz: tzinfo | None = None) -> list[Job]:
     """Jobs (not steps) from ``sacct -P -o JobID,...`` with its header line.
 
@@ -459,7 +468,7 @@ def parse_sacct_text(text: str, *, tz: tzinfo | None = None) -> list[Job]:
                 state_flags=flags,
                 state_reason=text_or_none(row.get("reason")),
                 nodes=text_or_none(row.get("nodelist")) if row.get("nodelist") != "None assigned" else None,
-                node_count=_int(row.get("nnodes")),
+                node_count=_node_count(row),
                 cpus=_int(row.get("ncpus") or row.get("alloccpus")),
                 time_limit=_duration(row.get("timelimit")),
                 submit_time=parse_text_time(row.get("submit"), tz),
@@ -498,7 +507,7 @@ def parse_sacct_steps_text(text: str, *, tz: tzinfo | None = None) -> list[JobSt
                 state=state,
                 state_flags=flags,
                 nodes=text_or_none(row.get("nodelist")),
-                node_count=_int(row.get("nnodes")),
+                node_count=_node_count(row),
                 tasks=_int(row.get("ntasks")),
                 cpus=_int(row.get("ncpus") or row.get("alloccpus")),
                 start_time=parse_text_time(row.get("start"), tz),
