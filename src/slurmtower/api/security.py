@@ -3,21 +3,70 @@
 Roles: ``reader`` (GET endpoints), ``operator`` (+ node and reservation actions), ``admin``
 (+ triggers, rules, config). Anonymous callers reach only ``public`` routes, and read routes
 when ``auth.anonymous_read`` is on.
+
+Credentials, in the order they are tried:
+
+1. ``Authorization: Bearer <token>`` (or, for the dashboard, the ``slurmtower_token``
+   cookie): a token whose SHA-256 is listed in ``auth.tokens``;
+2. the same bearer value as a JWT, verified against ``auth.jwt_key`` (an HMAC secret or a
+   PEM public key) or the keys published at ``auth.jwt_jwks_url``; the role comes from the
+   ``auth.jwt_role_claim`` claim (a string or a list: the highest known role wins) and the
+   name from ``preferred_username``, ``name`` or ``sub``;
+3. an ``authenticate_other`` hook in ``Services.extras`` (tests, plugins).
+
+Failed attempts are counted per client address; past ``auth.login_failures_per_minute`` the
+address gets 429 for every credential (even a right one) until the minute has passed. Failures
+are logged with the address and the reason, never with the token.
+
+Cookie credentials are only honoured on mutating requests that also send the
+``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom header, so a
+browser tricked into posting to slurmtower carries no authority (CSRF).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated
+from typing import Annotated, Any
 
+import jwt
 from fastapi import Depends, Request
 
 from slurmtower.errors import AuthenticationError, PermissionDenied
+from slurmtower.settings import AuthSettings
 
-__all__ = ["Perm", "Principal", "hash_token", "require"]
+__all__ = [
+    "ANONYMOUS",
+    "CSRF_HEADER",
+    "ROLE_PERM",
+    "TOKEN_COOKIE",
+    "CurrentPrincipal",
+    "LoginLimiter",
+    "LoginRateLimited",
+    "Perm",
+    "Principal",
+    "authenticate",
+    "declared_perm",
+    "hash_token",
+    "new_token",
+    "require",
+]
+
+log = logging.getLogger("slurmtower.auth")
+
+#: The dashboard keeps the caller's token in this cookie (SameSite=Strict).
+TOKEN_COOKIE = "slurmtower_token"  # noqa: S105 - a cookie name, not a secret
+#: Header a cookie-authenticated mutating request must carry (value ``1``).
+CSRF_HEADER = "x-slurmtower-request"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class Perm(IntEnum):
@@ -32,6 +81,8 @@ ROLE_PERM = {"reader": Perm.READ, "operator": Perm.OPERATE, "admin": Perm.ADMIN}
 
 @dataclass(frozen=True)
 class Principal:
+    """An authenticated caller (or :data:`ANONYMOUS`); ``name`` goes to audit and drain owners."""
+
     name: str
     role: str
     via: str = "token"
@@ -40,50 +91,238 @@ class Principal:
     def perm(self) -> Perm:
         return ROLE_PERM.get(self.role, Perm.PUBLIC)
 
+    @property
+    def may_operate(self) -> bool:
+        return self.perm >= Perm.OPERATE
+
 
 ANONYMOUS = Principal(name="anonymous", role="anonymous", via="none")
 
 
+class LoginRateLimited(AuthenticationError):
+    """Too many failed logins from one address in the last minute."""
+
+    http_status = 429
+    title = "too many failed logins"
+
+
 def hash_token(token: str) -> str:
+    """Hex SHA-256 of ``token``: what ``auth.tokens[].sha256`` holds."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe, prefixed so it is recognisable in leaks)."""
+    return "stw_" + secrets.token_urlsafe(32)
+
+
+class LoginLimiter:
+    """Failed-login counter per client address over a sliding minute.
+
+    Memory is bounded: at most ``max_addresses`` addresses are tracked, the least recently
+    failing ones are forgotten first.
+    """
+
+    def __init__(self, per_minute: int, *, window: float = 60.0, max_addresses: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.window = window
+        self.max_addresses = max_addresses
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _recent(self, address: str, now: float) -> deque[float] | None:
+        times = self._failures.get(address)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        if not times:
+            del self._failures[address]
+            return None
+        return times
+
+    def retry_after(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: it may now)."""
+        if self.per_minute <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            times = self._recent(address, now)
+            if times is None or len(times) < self.per_minute:
+                return 0.0
+            return max(0.0, times[-self.per_minute] + self.window - now)
+
+    def failed(self, address: str) -> None:
+        with self._lock:
+            now = self._clock()
+            times = self._recent(address, now) or deque()
+            times.append(now)
+            # Only the last per_minute failures matter for the decision.
+            while len(times) > max(self.per_minute, 1):
+                times.popleft()
+            self._failures[address] = times
+            self._failures.move_to_end(address)
+            while len(self._failures) > self.max_addresses:
+                self._failures.popitem(last=False)
+
+
+class _JwtVerifier:
+    """Verifies JWTs against a fixed key or a JWKS URL (keys fetched and cached by PyJWT)."""
+
+    def __init__(self, auth: AuthSettings) -> None:
+        self._auth = auth
+        self._jwks: jwt.PyJWKClient | None = None
+        if auth.jwt_jwks_url:
+            self._jwks = jwt.PyJWKClient(auth.jwt_jwks_url, cache_keys=True, lifespan=300, timeout=5)
+
+    @property
+    def enabled(self) -> bool:
+        return self._auth.jwt_key is not None or self._jwks is not None
+
+    def verify(self, token: str) -> Principal:
+        auth = self._auth
+        key: Any
+        algorithms = list(auth.jwt_algorithms)
+        try:
+            if self._jwks is not None:
+                key = self._jwks.get_signing_key_from_jwt(token).key
+                algorithms = [a for a in algorithms if not a.startswith("HS")]
+            else:
+                assert auth.jwt_key is not None
+                key = auth.jwt_key.get_secret_value()
+                # Never let a public key double as an HMAC secret (algorithm confusion).
+                is_pem = key.lstrip().startswith("-----BEGIN")
+                algorithms = [a for a in algorithms if a.startswith("HS") != is_pem]
+            claims: dict[str, Any] = jwt.decode(
+                token, key, algorithms=algorithms, audience=auth.jwt_audience,
+                options={"require": ["exp"], "verify_aud": auth.jwt_audience is not None}, leeway=30,
+            )
+        except jwt.PyJWKClientError as exc:
+            raise AuthenticationError(f"JWT signing key not found: {exc}") from exc
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthenticationError("JWT expired") from exc
+        except jwt.InvalidTokenError as exc:
+            raise AuthenticationError(f"invalid JWT: {exc}") from exc
+        raw_role = claims.get(auth.jwt_role_claim)
+        roles = [raw_role] if isinstance(raw_role, str) else list(raw_role or [])
+        known = [r for r in roles if isinstance(r, str) and r in ROLE_PERM]
+        name = next((str(claims[c]) for c in ("preferred_username", "name", "sub") if claims.get(c)), None)
+        if name is None:
+            raise AuthenticationError("JWT names nobody (no sub claim)")
+        role = max(known, key=lambda r: ROLE_PERM[r]) if known else "none"
+        return Principal(name=name, role=role, via="jwt")
+
+
+def _looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2 and token.startswith("eyJ")
+
+
+def _state(request: Request) -> tuple[LoginLimiter, _JwtVerifier]:
+    """The app's limiter and JWT verifier, built on first use from the app's settings."""
+    app_state = request.app.state
+    found: tuple[LoginLimiter, _JwtVerifier] | None = getattr(app_state, "slurmtower_auth", None)
+    if found is None:
+        auth = request.app.state.services.settings.auth
+        found = (LoginLimiter(auth.login_failures_per_minute), _JwtVerifier(auth))
+        app_state.slurmtower_auth = found
+    return found
+
+
+def _client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _credential(request: Request) -> tuple[str, str] | None:
+    """(token, where) from the Authorization header or the dashboard cookie."""
+    header = request.headers.get("authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationError("use 'Authorization: Bearer <token>'")
+        return token.strip(), "header"
+    cookie = request.cookies.get(TOKEN_COOKIE)
+    if cookie:
+        return cookie, "cookie"
+    return None
+
+
+def _verify(request: Request, token: str) -> Principal:
+    settings = request.app.state.services.settings
+    digest = hash_token(token)
+    match: Principal | None = None
+    # Compare against every entry so the time taken does not tell which one matched.
+    for entry in settings.auth.tokens:
+        if hmac.compare_digest(entry.sha256.lower(), digest) and match is None:
+            match = Principal(name=entry.name, role=entry.role)
+    if match is not None:
+        return match
+    verifier = _state(request)[1]
+    if verifier.enabled and _looks_like_jwt(token):
+        return verifier.verify(token)
+    extra = request.app.state.services.extras.get("authenticate_other")
+    found: Principal | None = extra(token) if extra else None
+    if found is None:
+        raise AuthenticationError("invalid token")
+    return found
+
+
 def authenticate(request: Request) -> Principal:
-    """The caller's principal (anonymous when no credentials were sent)."""
+    """The caller's principal (anonymous when no credentials were sent).
+
+    Raises :class:`AuthenticationError` for bad credentials (401) and
+    :class:`LoginRateLimited` (429) for an address with too many recent failures.
+    """
     cached: Principal | None = getattr(request.state, "principal", None)
     if cached is not None:
         return cached
-    from slurmtower.api.services import get_services
-
-    settings = get_services(request).settings
-    header = request.headers.get("authorization", "")
+    address = _client_address(request)
+    try:
+        credential = _credential(request)
+    except AuthenticationError as exc:
+        log.warning("failed login from %s: %s", address, exc.message)
+        raise
     principal = ANONYMOUS
-    if header:
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise AuthenticationError("use 'Authorization: Bearer <token>'")
-        digest = hash_token(token.strip())
-        for entry in settings.auth.tokens:
-            if hmac.compare_digest(entry.sha256, digest):
-                principal = Principal(name=entry.name, role=entry.role)
-                break
-        else:
-            extra = request.app.state.services.extras.get("authenticate_other")
-            found = extra(token.strip()) if extra else None
-            if found is None:
-                raise AuthenticationError("invalid token")
-            principal = found
+    if credential is not None:
+        token, where = credential
+        limiter = _state(request)[0]
+        wait = limiter.retry_after(address)
+        if wait > 0:
+            log.warning("refused login from %s: too many failures (retry in %.0f s)", address, wait)
+            raise LoginRateLimited(f"too many failed logins from {address}; retry in {wait:.0f} s",
+                                   retry_after=round(wait + 0.5))
+        try:
+            principal = _verify(request, token)
+        except AuthenticationError as exc:
+            limiter.failed(address)
+            # The token itself is never logged, not even a prefix of it.
+            log.warning("failed login from %s via %s: %s", address, where, exc.message)
+            raise
+        if (where == "cookie" and request.method not in _SAFE_METHODS
+                and request.headers.get(CSRF_HEADER) != "1"):
+            raise PermissionDenied(f"a request authenticated by cookie must send the {CSRF_HEADER}: 1 "
+                                   "header", param=CSRF_HEADER)
     request.state.principal = principal
     return principal
 
 
 def require(perm: Perm):  # type: ignore[no-untyped-def]
-    """A dependency that lets the route run only for callers with ``perm``."""
+    """A dependency that lets the route run only for callers with ``perm``.
+
+    Use it in ``dependencies=[require(Perm.READ)]`` or as a parameter to get the
+    :class:`Principal`. The dependency carries ``__slurmtower_perm__`` so that the route
+    classification test can read each route's declared permission.
+    """
 
     def dependency(request: Request) -> Principal:
-        principal = authenticate(request)
         if perm == Perm.PUBLIC:
-            return principal
+            # Public routes never fail on credentials (a stale cookie must not break /health).
+            try:
+                return authenticate(request)
+            except AuthenticationError:
+                return ANONYMOUS
+        principal = authenticate(request)
         settings = request.app.state.services.settings
         if principal is ANONYMOUS:
             if perm == Perm.READ and settings.auth.anonymous_read:
@@ -96,6 +335,15 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
 
     dependency.__slurmtower_perm__ = perm  # type: ignore[attr-defined]
     return Depends(dependency)
+
+
+def declared_perm(dependant_calls: list[Any]) -> Perm | None:
+    """The permission declared by the first ``require(...)`` among these dependency callables."""
+    for call in dependant_calls:
+        found = getattr(call, "__slurmtower_perm__", None)
+        if found is not None:
+            return Perm(found)
+    return None
 
 
 CurrentPrincipal = Annotated[Principal, Depends(authenticate)]
