@@ -138,13 +138,14 @@ def run_webhook(
         return failed_envelope(str(exc), execution_id=delivery)
     started = time.monotonic()
     tries = 0
+    last_response: httpx.Response | None = None
 
     def attempt(client: httpx.Client) -> httpx.Response:
-        nonlocal tries
-        tries += 1
+        nonlocal tries, last_response
         remaining = options.max_seconds - (time.monotonic() - started)
         if remaining <= 0:
             raise _Retryable("out of time")
+        tries += 1
         ts = str(int(time.time()))
         headers = {
             **user_headers,
@@ -160,6 +161,7 @@ def run_webhook(
             response = client.post(url, content=body, headers=headers, timeout=min(timeout, remaining))
         except httpx.HTTPError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        last_response = response
         if response.status_code >= 500 or response.status_code == 429:
             raise _Retryable(f"HTTP {response.status_code}", response)
         return response
@@ -177,8 +179,11 @@ def run_webhook(
             response = retrying(attempt, client)
         except RetryError as exc:
             last = exc.last_attempt.exception()
-            error = str(last)
-            response = last.response if isinstance(last, _Retryable) else None
+            # "out of time" carries no response; report the last one the server sent.
+            response = last_response
+            error = (
+                f"HTTP {response.status_code} after {tries} attempts" if response is not None else str(last)
+            )
     result: dict[str, Any] = {"url": url, "attempts": tries, "delivery_id": delivery, "status_code": None}
     if response is None:
         return failed_envelope(error or "webhook not delivered", result=result, execution_id=delivery)
