@@ -1,0 +1,306 @@
+"""The shared snapshot cache in front of slurmctld.
+
+Every live read (``/queue``, ``/nodes``, ``/partitions``, ``/stats``, ``/usage``, the load
+archiver) goes through one :class:`SnapshotCache`:
+
+* **single flight**: concurrent requests for one resource share one in-flight Slurm query;
+* **rate bound**: at most one Slurm query per resource per ``api.refresh_interval``, however
+  many clients poll (a failed query is not retried before the interval is over either);
+* **bounded wait**: a request waits at most ``api.slurm_wait`` seconds; then it gets a 503
+  problem, or, with ``api.serve_stale``, the last snapshot marked ``"stale": true``;
+* **pre-serialized bytes**: each view of a snapshot is rendered to JSON and gzip once, and
+  served with a weak ``ETag`` (``If-None-Match`` answers 304). Bodies carry ``fetched_at``
+  and ``stale``; the ``X-Data-Age`` header (and ``Age``) give the age in seconds at the time
+  of the response. The body holds the fetch time rather than an age so that its bytes (and
+  their gzip) can be reused by every request until the next refresh.
+
+With several API worker processes each process has its own cache, so the bound is one
+query per resource per interval *per worker*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import Request, Response
+from pydantic_core import to_json
+
+from slurmtower.api.services import Services
+from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
+
+__all__ = [
+    "Rendered",
+    "Snapshot",
+    "SnapshotCache",
+    "respond",
+    "shared_cache",
+    "strict_query",
+]
+
+log = logging.getLogger(__name__)
+
+#: Bodies smaller than this are not worth compressing.
+_GZIP_MIN_BYTES = 512
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One answer of Slurm for one resource."""
+
+    resource: str
+    value: Any
+    fetched_at: datetime
+    fetched_mono: float
+    generation: int
+    stale: bool = False
+    error: str | None = None
+    """Why this stale snapshot is served (the failure of the latest query)."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A view of one or more snapshots, serialized once."""
+
+    body: bytes
+    gzip: bytes | None
+    etag: str
+    fetched_at: datetime
+    fetched_mono: float
+    stale: bool
+
+
+@dataclass
+class _Entry:
+    fetch: Callable[[], Any]
+    snapshot: Snapshot | None = None
+    inflight: asyncio.Task[Snapshot] | None = None
+    last_error: SlurmtowerError | None = None
+    last_error_mono: float = 0.0
+    generation: int = 0
+
+
+@dataclass
+class _View:
+    key: tuple[Any, ...] | None = None
+    rendered: Rendered | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SnapshotCache:
+    """Snapshots of Slurm resources shared by every request of one process.
+
+    Args:
+        refresh_interval: a snapshot younger than this is served without asking Slurm.
+        slurm_wait: how long a request waits for Slurm before giving up.
+        serve_stale: on failure or timeout, serve the last snapshot marked stale (else 503).
+        clock: monotonic clock (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        *,
+        refresh_interval: float,
+        slurm_wait: float,
+        serve_stale: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.refresh_interval = refresh_interval
+        self.slurm_wait = slurm_wait
+        self.serve_stale = serve_stale
+        self.clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._views: dict[str, _View] = {}
+        #: Slurm queries started, per resource (for tests and metrics).
+        self.queries: Counter[str] = Counter()
+
+    def register(self, resource: str, fetch: Callable[[], Any]) -> None:
+        """Declare a resource and the (blocking) call that reads it from Slurm."""
+        self._entries[resource] = _Entry(fetch=fetch)
+
+    @property
+    def resources(self) -> list[str]:
+        return list(self._entries)
+
+    def peek(self, resource: str) -> Snapshot | None:
+        """The last good snapshot, without asking Slurm."""
+        return self._entries[resource].snapshot
+
+    async def get(self, resource: str) -> Snapshot:
+        """A snapshot no older than ``refresh_interval`` (or a stale one, see the class doc).
+
+        Raises :class:`SlurmUnavailable` (503) when Slurm does not answer in time and no stale
+        snapshot may be served, or the error Slurm gave.
+        """
+        entry = self._entries[resource]
+        now = self.clock()
+        snap = entry.snapshot
+        if snap is not None and now - snap.fetched_mono < self.refresh_interval:
+            return snap
+        if entry.last_error is not None and now - entry.last_error_mono < self.refresh_interval:
+            # Slurm failed a moment ago: don't ask again before the interval is over.
+            return self._fallback(entry, entry.last_error)
+        if entry.inflight is None:
+            entry.inflight = asyncio.get_running_loop().create_task(self._refresh(resource, entry))
+            entry.inflight.add_done_callback(_retrieve)
+        try:
+            return await asyncio.wait_for(asyncio.shield(entry.inflight), timeout=self.slurm_wait)
+        except TimeoutError:
+            return self._fallback(entry, SlurmUnavailable(
+                f"slurmctld did not answer the {resource} query within {self.slurm_wait:g} s",
+                resource=resource))
+        except SlurmtowerError as exc:
+            return self._fallback(entry, exc)
+
+    async def _refresh(self, resource: str, entry: _Entry) -> Snapshot:
+        self.queries[resource] += 1
+        try:
+            value = await asyncio.to_thread(entry.fetch)
+        except SlurmtowerError as exc:
+            entry.last_error, entry.last_error_mono = exc, self.clock()
+            raise
+        except Exception as exc:
+            log.exception("reading %s from Slurm failed", resource)
+            err = SlurmUnavailable(f"reading {resource} from Slurm failed: {type(exc).__name__}",
+                                   resource=resource)
+            entry.last_error, entry.last_error_mono = err, self.clock()
+            raise err from exc
+        finally:
+            entry.inflight = None
+        entry.generation += 1
+        entry.last_error = None
+        snap = Snapshot(resource=resource, value=value, fetched_at=datetime.now(UTC),
+                        fetched_mono=self.clock(), generation=entry.generation)
+        entry.snapshot = snap
+        return snap
+
+    def _fallback(self, entry: _Entry, exc: SlurmtowerError) -> Snapshot:
+        if self.serve_stale and entry.snapshot is not None:
+            return replace(entry.snapshot, stale=True, error=exc.message)
+        raise exc
+
+    async def render(
+        self,
+        view: str,
+        snapshots: Sequence[Snapshot],
+        build: Callable[..., dict[str, Any]],
+        *args: Any,
+    ) -> Rendered:
+        """The JSON (and gzip) bytes of ``build(*values, *args)``, built once per snapshot set.
+
+        ``build`` gets the snapshots' values and returns a JSON-able dict (models allowed);
+        ``fetched_at`` (the oldest snapshot's) and ``stale`` are added to it.
+        """
+        key = (tuple((s.resource, s.generation, s.stale) for s in snapshots), args)
+        state = self._views.setdefault(view, _View())
+        if state.key == key and state.rendered is not None:
+            return state.rendered
+        async with state.lock:
+            if state.key == key and state.rendered is not None:
+                return state.rendered
+            oldest = min(snapshots, key=lambda s: s.fetched_mono)
+            stale = any(s.stale for s in snapshots)
+            errors = [s.error for s in snapshots if s.error]
+            values = [s.value for s in snapshots]
+
+            def work() -> Rendered:
+                return _render(build(*values, *args), oldest, stale, errors)
+
+            # Large views (thousands of jobs) take tens of ms to serialize and compress:
+            # keep them off the event loop.
+            rendered = await asyncio.to_thread(work)
+            state.key, state.rendered = key, rendered
+            return rendered
+
+
+def _retrieve(task: asyncio.Task[Snapshot]) -> None:
+    # The waiters may all have timed out: fetch the exception so asyncio does not log it.
+    if not task.cancelled():
+        task.exception()
+
+
+def _render(payload: dict[str, Any], oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
+    data = to_json(payload)
+    etag = 'W/"' + hashlib.blake2b(data, digest_size=12).hexdigest() + ('-s"' if stale else '"')
+    meta: dict[str, Any] = {"fetched_at": oldest.fetched_at, "stale": stale}
+    if stale:
+        meta["stale_reason"] = errors[0] if errors else "slurmctld did not answer"
+    head = to_json(meta)
+    body = head[:-1] + (b"," + data[1:] if data != b"{}" else b"}")
+    packed = gzip.compress(body, compresslevel=6, mtime=0) if len(body) >= _GZIP_MIN_BYTES else None
+    return Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
+                    fetched_mono=oldest.fetched_mono, stale=stale)
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    if header.strip() == "*":
+        return True
+    bare = etag.removeprefix("W/")
+    return any(tag.strip().removeprefix("W/") == bare for tag in header.split(","))
+
+
+def respond(request: Request, rendered: Rendered, clock: Callable[[], float] = time.monotonic) -> Response:
+    """The HTTP response for ``rendered``: 304 on a matching ``If-None-Match``, gzip when accepted."""
+    age = max(0.0, clock() - rendered.fetched_mono)
+    headers = {
+        "ETag": rendered.etag,
+        "X-Data-Age": f"{age:.3f}",
+        "Age": str(int(age)),
+        "Cache-Control": "no-cache",
+        "Vary": "Accept-Encoding",
+    }
+    if rendered.stale:
+        headers["X-Data-Stale"] = "true"
+    inm = request.headers.get("if-none-match")
+    if inm and _etag_matches(inm, rendered.etag):
+        return Response(status_code=304, headers=headers)
+    if rendered.gzip is not None and "gzip" in request.headers.get("accept-encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return Response(rendered.gzip, media_type="application/json", headers=headers)
+    return Response(rendered.body, media_type="application/json", headers=headers)
+
+
+def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
+    """The query parameters as a dict; an unknown, repeated or operator-bearing one is refused.
+
+    Raises :class:`InvalidInput` naming the parameter.
+    """
+    allowed = set(allowed)
+    out: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            bare = name.rstrip("<>!")
+            shown = bare if bare in allowed else name
+            if bare in allowed:
+                raise InvalidInput(f"parameter {bare!r} only allows '='", param=shown[:60])
+            known = ", ".join(sorted(allowed)) or "none"
+            raise InvalidInput(f"unknown parameter {name[:60]!r} (known: {known})", param=name[:60])
+        if name in out:
+            raise InvalidInput(f"parameter {name!r} given twice", param=name)
+        out[name] = value
+    return out
+
+
+def shared_cache(services: Services) -> SnapshotCache:
+    """The process's cache (created on first use) with the Slurm resources registered:
+    ``jobs``, ``nodes``, ``partitions``, ``stats``."""
+    cache: SnapshotCache | None = services.extras.get("snapshots")
+    if cache is None:
+        api = services.settings.api
+        cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
+                              serve_stale=api.serve_stale)
+        client = services.client
+        cache.register("jobs", client.jobs)
+        cache.register("nodes", client.nodes)
+        cache.register("partitions", client.partitions)
+        cache.register("stats", client.stats)
+        services.extras["snapshots"] = cache
+    return cache

@@ -1,0 +1,99 @@
+"""/history and /users from slurmdbd's database (:mod:`slurmtower.accounting`).
+
+``/history`` parses the *raw* query string (``/history?jobid<=987654&user=alice``): see
+:mod:`slurmtower.accounting.query` for every filter. Database reads run in worker threads so
+a slow or dead database never blocks the event loop; when it does not answer the routes
+give a 503 problem while the live routes keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+
+from slurmtower.accounting import AccountingDB, parse_history_query
+from slurmtower.api.cache import strict_query
+from slurmtower.api.security import Perm, require
+from slurmtower.api.services import Services, get_services
+from slurmtower.errors import AccountingUnavailable, ConfigError
+from slurmtower.models.accounting import AccountingUser, HistoryPage
+
+__all__ = ["accounting_db", "router", "setup", "shutdown"]
+
+router = APIRouter(tags=["accounting"])
+ServicesDep = Annotated[Services, Depends(get_services)]
+_lock = threading.Lock()
+
+
+def setup(services: Services, _app: FastAPI) -> None:
+    # Building the engine does not connect; a missing cluster name is resolved on first use.
+    settings = services.settings
+    if settings.accounting.url is not None and (settings.accounting.cluster or settings.cluster_name):
+        services.extras["accounting"] = AccountingDB.from_settings(settings)
+
+
+async def shutdown(services: Services) -> None:
+    db = services.extras.get("accounting")
+    if isinstance(db, AccountingDB):
+        await asyncio.to_thread(db.close)
+
+
+def accounting_db(services: Services) -> AccountingDB:
+    """The process's :class:`AccountingDB` (blocking: call from a worker thread).
+
+    Raises :class:`AccountingUnavailable` when no database is configured.
+    """
+    db = services.extras.get("accounting")
+    if isinstance(db, AccountingDB):
+        return db
+    settings = services.settings
+    if settings.accounting.url is None:
+        raise AccountingUnavailable("no accounting database is configured (accounting.url)")
+    with _lock:
+        db = services.extras.get("accounting")
+        if isinstance(db, AccountingDB):
+            return db
+        cluster = (settings.accounting.cluster or settings.cluster_name
+                   or services.client.config().cluster_name)
+        try:
+            db = AccountingDB.from_settings(settings.model_copy(update={"cluster_name": cluster}))
+        except ConfigError as exc:
+            raise AccountingUnavailable(f"accounting database not usable: {exc.message}") from exc
+        services.extras["accounting"] = db
+        return db
+
+
+@router.get("/history", dependencies=[require(Perm.READ)], response_model=HistoryPage)
+async def history(request: Request, services: ServicesDep) -> HistoryPage:
+    """Job history, newest first: filters limit, offset, cursor, user, partition, account,
+    jobname, associd, state (0-11 or name), jobid (= > < >= <=), submitted/started/ended
+    before/after."""
+    query = parse_history_query(request.scope.get("query_string", b"").decode("latin-1"))
+    timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
+
+    def read() -> HistoryPage:
+        return accounting_db(services).history(query)
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 2)
+    except TimeoutError as exc:
+        raise AccountingUnavailable("the accounting database did not answer in time") from exc
+
+
+@router.get("/users", dependencies=[require(Perm.READ)], response_model=list[AccountingUser])
+async def users(request: Request, services: ServicesDep) -> list[AccountingUser]:
+    """Users known to slurmdbd with their associations (accounts, partitions, limits); ``name=``."""
+    params = strict_query(request, ("name",))
+    name = params.get("name")
+    timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
+
+    def read() -> list[AccountingUser]:
+        return accounting_db(services).users(name)
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 2)
+    except TimeoutError as exc:
+        raise AccountingUnavailable("the accounting database did not answer in time") from exc

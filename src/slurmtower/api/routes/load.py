@@ -1,0 +1,292 @@
+"""/load and the load archiver.
+
+The archiver samples the cluster load every ``archiver.archive_wait_time`` seconds into
+slurmtower's own store (``settings.effective_store_url()``: SQLite under ``state_dir`` by
+default, any SQLAlchemy URL). Every API worker runs the background task, but only the
+holder of the ``archiver`` lease row samples, so a deployment has exactly one archiver;
+a lease that is not renewed for ``lease_seconds`` passes to another worker. Samples come
+from the shared snapshot cache (no extra Slurm query while clients poll); a failing round
+backs off exponentially up to ``archiver.max_backoff``. Samples older than
+``archiver.retention_days`` are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from pydantic import BaseModel
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.pool import StaticPool
+
+from slurmtower.api.cache import SnapshotCache, shared_cache, strict_query
+from slurmtower.api.routes.live import build_usage, visible_jobs, visible_nodes
+from slurmtower.api.security import Perm, require
+from slurmtower.api.services import BackgroundTask, Services, get_services
+from slurmtower.errors import ConfigError, InvalidInput, SlurmUnavailable
+from slurmtower.models import Job, JobState, Node, Partition
+
+__all__ = ["LoadArchive", "LoadResponse", "LoadSample", "router", "setup"]
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["live"])
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+_MAX_SAMPLES = 100_000
+_DIGITS = re.compile(r"[0-9]{1,12}")
+
+
+class LoadSample(BaseModel):
+    """The cluster load at one moment."""
+
+    time: datetime
+    timestamp: float
+    """Unix seconds."""
+    cpus_total: int
+    cpus_used: int
+    memory_total_mib: int
+    memory_used_mib: int
+    jobs_running: int
+    jobs_pending: int
+    nodes_total: int
+    nodes_by_state: dict[str, int]
+    partitions: dict[str, dict[str, Any]]
+    """Per visible partition: the /usage totals."""
+    archiver: str
+    """Which worker took the sample (the lease holder)."""
+
+
+class LoadResponse(BaseModel):
+    archiving: bool
+    archive_wait_time: float
+    count: int
+    samples: list[LoadSample]
+
+
+def _make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError("store_url is not a database URL", key="store_url") from exc
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    memory = parsed.database in (None, "", ":memory:")
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    if memory:
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(parsed, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # BEGIN IMMEDIATE below: two workers racing for the lease must not both read then write.
+        dbapi_conn.isolation_level = None
+        if not memory:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+@dataclass
+class LoadArchive:
+    """The archive tables in slurmtower's own store, and the archiver lease."""
+
+    engine: Engine
+    holder: str
+    lease_seconds: float
+
+    def __post_init__(self) -> None:
+        md = MetaData()
+        self.samples = Table(
+            "load_samples", md,
+            Column("id", Integer, primary_key=True, autoincrement=True),
+            Column("ts", Float, nullable=False, index=True),
+            Column("holder", String(200), nullable=False),
+            Column("sample", Text, nullable=False),
+            sqlite_autoincrement=True,
+        )
+        self.leases = Table(
+            "leases", md,
+            Column("name", String(100), primary_key=True),
+            Column("holder", String(200), nullable=False),
+            Column("expires_at", Float, nullable=False),
+        )
+        self.metadata = md
+        self._created = False
+
+    @classmethod
+    def from_settings(cls, services: Services) -> LoadArchive:
+        settings = services.settings
+        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        lease = max(3 * settings.archiver.archive_wait_time, 10.0)
+        return cls(engine=_make_engine(settings.effective_store_url()), holder=holder, lease_seconds=lease)
+
+    def create(self) -> None:
+        if not self._created:
+            url = self.engine.url
+            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+                os.makedirs(os.path.dirname(os.path.abspath(url.database or ".")), exist_ok=True)
+            self.metadata.create_all(self.engine)
+            self._created = True
+
+    def acquire(self, name: str = "archiver", now: float | None = None) -> bool:
+        """Take or renew the lease ``name``; True when this process holds it."""
+        self.create()
+        now = time.time() if now is None else now
+        lease = self.leases
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(lease).values(name=name, holder=self.holder,
+                                                  expires_at=now + self.lease_seconds))
+            return True
+        except IntegrityError:
+            pass
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(lease)
+                .where(lease.c.name == name, or_(lease.c.holder == self.holder, lease.c.expires_at < now))
+                .values(holder=self.holder, expires_at=now + self.lease_seconds)
+            )
+            return bool(res.rowcount == 1)
+
+    def release(self, name: str = "archiver") -> None:
+        if not self._created:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(delete(self.leases).where(self.leases.c.name == name,
+                                                   self.leases.c.holder == self.holder))
+
+    def add(self, sample: LoadSample, retention_seconds: float) -> None:
+        """Store one sample and drop those older than the retention."""
+        self.create()
+        with self.engine.begin() as conn:
+            conn.execute(insert(self.samples).values(ts=sample.timestamp, holder=sample.archiver,
+                                                     sample=sample.model_dump_json()))
+            conn.execute(delete(self.samples).where(self.samples.c.ts < sample.timestamp - retention_seconds))
+
+    def window(self, start: float, end: float) -> list[LoadSample]:
+        """Samples with ``start < ts <= end``, oldest first."""
+        self.create()
+        t = self.samples
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.c.sample).where(t.c.ts > start, t.c.ts <= end)
+                                .order_by(t.c.ts).limit(_MAX_SAMPLES)).scalars().all()
+        return [LoadSample.model_validate(json.loads(r)) for r in rows]
+
+
+def take_sample(nodes: list[Node], jobs: list[Job], partitions: list[Partition], hidden: frozenset[str],
+                holder: str) -> LoadSample:
+    """One load sample from snapshots of nodes, jobs and partitions (hidden partitions left out)."""
+    usage = build_usage(nodes, jobs, partitions, hidden)
+    shown_jobs = visible_jobs(jobs, hidden)
+    shown_nodes = visible_nodes(nodes, hidden)
+    by_state: dict[str, int] = {}
+    for n in shown_nodes:
+        by_state[n.state_text] = by_state.get(n.state_text, 0) + 1
+    totals = usage["totals"]
+    now = datetime.now(UTC)
+    return LoadSample(
+        time=now, timestamp=now.timestamp(),
+        cpus_total=totals["cpus_total"], cpus_used=totals["cpus_used"],
+        memory_total_mib=totals["memory_total_mib"], memory_used_mib=totals["memory_used_mib"],
+        jobs_running=sum(1 for j in shown_jobs if j.state is JobState.RUNNING),
+        jobs_pending=sum(1 for j in shown_jobs if j.state is JobState.PENDING),
+        nodes_total=len(shown_nodes), nodes_by_state=by_state,
+        partitions={name: p["totals"] for name, p in usage["partitions"].items()},
+        archiver=holder,
+    )
+
+
+def _archive(services: Services) -> LoadArchive:
+    archive: LoadArchive | None = services.extras.get("load_archive")
+    if archive is None:
+        archive = LoadArchive.from_settings(services)
+        services.extras["load_archive"] = archive
+    return archive
+
+
+def setup(services: Services, _app: FastAPI) -> None:
+    settings = services.settings.archiver
+    archive = _archive(services)
+    cache: SnapshotCache = shared_cache(services)
+    hidden = frozenset(services.settings.api.hidden_partitions)
+    if not settings.archive_usage_load:
+        return
+
+    async def round_() -> float:
+        if not await asyncio.to_thread(archive.acquire):
+            return settings.archive_wait_time
+        snaps = [await cache.get("nodes"), await cache.get("jobs"), await cache.get("partitions")]
+        if any(s.stale for s in snaps):
+            raise SlurmUnavailable("slurmctld does not answer: no load sample taken")
+        sample = take_sample(snaps[0].value, snaps[1].value, snaps[2].value, hidden, archive.holder)
+        await asyncio.to_thread(archive.add, sample, settings.retention_days * 86400)
+        return settings.archive_wait_time
+
+    async def on_stop() -> None:
+        try:
+            await asyncio.to_thread(archive.release)
+        except Exception:  # the lease simply expires
+            log.warning("could not release the archiver lease", exc_info=True)
+
+    services.background.append(BackgroundTask(name="load-archiver", run=round_,
+                                              max_backoff=settings.max_backoff, on_stop=on_stop))
+
+
+def _seconds(params: dict[str, str], name: str, default: float) -> float:
+    value = params.get(name)
+    if value is None:
+        return default
+    if not _DIGITS.fullmatch(value):
+        raise InvalidInput(f"{name} must be a whole number of seconds, not {value[:40]!r}", param=name)
+    return float(value)
+
+
+@router.get("/load", dependencies=[require(Perm.READ)], response_model=LoadResponse)
+async def load(request: Request, services: ServicesDep) -> LoadResponse:
+    """Archived load samples of the last ``time`` seconds (default: one archive interval),
+    ending ``offset`` seconds ago."""
+    params = strict_query(request, ("time", "offset"))
+    settings = services.settings.archiver
+    span = _seconds(params, "time", settings.archive_wait_time)
+    offset = _seconds(params, "offset", 0)
+    if span <= 0:
+        raise InvalidInput("time must be at least 1 second", param="time")
+    end = time.time() - offset
+    samples = await asyncio.to_thread(_archive(services).window, end - span, end)
+    return LoadResponse(archiving=settings.archive_usage_load, archive_wait_time=settings.archive_wait_time,
+                        count=len(samples), samples=samples)
