@@ -105,6 +105,18 @@ class EventSettings(_Section):
     job_triggers: list[int] = Field(default_factory=list)
     rules_dir: Path | None = None
     webhook_secret: SecretStr | None = None
+    sensor_enabled: bool = True
+    """Run the sensor inside ``slurmtower serve`` (off: only ``slurmtower sensor`` runs it)."""
+    callback_port: int | None = Field(default=None, ge=1, le=65535)
+    """Port the notify program posts to (default: api.port; ``slurmtower sensor`` listens here)."""
+    node_trigger_events: list[str] = Field(default_factory=lambda: ["down", "drained", "up", "fail"])
+    """Node strigger events armed as PERM triggers (plus ``reconfig``). ``idle`` is left out on
+    purpose: a PERM idle trigger fires every 16 s for as long as a node stays idle."""
+    notify_program: Path | None = None
+    """Where the notify program is installed for SlurmUser (default: <state_dir>/slurmtower-notify.py);
+    SlurmUser must be able to traverse its directory."""
+    notify_python: Path = Path("/usr/bin/python3")
+    """Interpreter that runs the notify program (standard library only)."""
 
 
 class TokenEntry(_Section):

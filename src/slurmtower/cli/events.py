@@ -1,0 +1,198 @@
+"""``slurmtower sensor``, ``slurmtower events [--follow]`` and ``slurmtower rules check DIR``."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from slurmtower.cli.app import app
+from slurmtower.errors import InvalidInput
+from slurmtower.settings import Settings, load_settings
+
+__all__ = ["parse_since", "rules_app"]
+
+rules_app = typer.Typer(help="Event rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
+                                                envvar="SLURMTOWER_CONFIG")]
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> tuple[int | None, datetime | None]:
+    """``--since``: an event id (``1234``), an age (``30s``, ``10m``, ``2h``, ``1d``) or an
+    ISO 8601 time (``2024-05-01T10:00:00+00:00``; without a zone it is UTC).
+
+    Returns ``(since_id, start)``; raises :class:`InvalidInput` naming ``--since``.
+    """
+    value = text.strip()
+    if value.isdigit():
+        return int(value), None
+    match = _DURATION.match(value)
+    if match:
+        seconds = float(match[1]) * _UNITS[match[2]]
+        return None, (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"--since {text!r}: expected an event id, an age like 10m, or an ISO 8601 time", param="since"
+        ) from exc
+    return None, when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _describe(event: Any) -> str:
+    p = event.payload
+    when = event.time.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    head = f"{event.id:>6}  {when}  {event.type:<32} {event.source:<8}"
+    if event.type == "slurm.node.state":
+        before = "+".join([p.get("previous_state") or "-", *p.get("previous_flags", [])])
+        after = "+".join([p.get("state") or "-", *p.get("flags", [])])
+        reason = f"  reason={p['reason']!r}" if p.get("reason") else ""
+        owner = f" by {p['reason_owner']}" if p.get("reason_owner") else ""
+        return f"{head} {event.node}: {before} -> {after}{reason}{owner}"
+    if event.type == "slurm.sensor.trigger.triggered":
+        return f"{head} {p.get('class')}/{p.get('type')} {p.get('argument', '')}"
+    if event.type in ("slurm.sensor.trigger.up", "slurm.sensor.trigger.down"):
+        return f"{head} sensor {p.get('uuid')}"
+    if event.type == "slurmtower.security":
+        return f"{head} {p.get('what')}: {p.get('status')} {p.get('reason')} {p.get('detail')}"
+    return f"{head} {event.node or ''} {json.dumps(p, sort_keys=True)[:200]}"
+
+
+@app.command("events")
+def events_cmd(
+    config: ConfigOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    type_: Annotated[list[str] | None, typer.Option("--type", "-t", help="Event type (repeatable).")] = None,
+    node: Annotated[str | None, typer.Option("--node", "-n", help="Only events about this node.")] = None,
+    since: Annotated[str | None, typer.Option(help="Event id, age (10m, 2h) or ISO time.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many past events.", min=1, max=10000)] = 50,
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json (one object a line)")] = "text",
+    interval: Annotated[float, typer.Option(help="Seconds between reads with --follow.", min=0.05)] = 0.5,
+) -> None:
+    """Print events from the event store (newest ``--limit`` unless ``--since``)."""
+    from slurmtower.events.store import EventStore
+
+    if output not in ("text", "json"):
+        raise InvalidInput(f"--output {output!r}: use text or json", param="output")
+    settings = load_settings(config)
+    since_id, start = parse_since(since) if since else (None, None)
+    types = [t for item in type_ or [] for t in item.split(",") if t] or None
+    store = EventStore(settings.effective_store_url())
+
+    def emit(events: list[Any]) -> None:
+        for ev in events:
+            if output == "json":
+                typer.echo(ev.model_dump_json())
+            else:
+                typer.echo(_describe(ev))
+
+    if since is None:
+        events = list(reversed(store.query(types=types, node=node, limit=limit, descending=True)))
+    else:
+        events = store.query(since_id=since_id, start=start, types=types, node=node, limit=limit)
+    emit(events)
+    if not follow:
+        return
+    position = events[-1].id if events else (store.last_id() or 0)
+    assert position is not None
+    try:
+        while True:
+            time.sleep(interval)
+            new = store.query(since_id=position, types=types, node=node, limit=1000)
+            if new:
+                emit(new)
+                last = new[-1].id
+                assert last is not None
+                position = last
+    except KeyboardInterrupt:
+        return
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[Path, typer.Argument(help="Directory of rule files (*.yaml).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text",
+) -> None:
+    """Load every rule file in DIR; list the rules, report each broken file (exit 1)."""
+    from slurmtower.rules import load_rules
+
+    rules, errors = load_rules(directory)
+    if output == "json":
+        typer.echo(json.dumps({
+            "rules": [{"name": r.name, "enabled": r.enabled, "trigger": r.trigger.type,
+                       "action": r.action.ref} for r in rules],
+            "errors": [{"file": str(e.file), "rule": e.rule, "message": e.message} for e in errors],
+        }, indent=2))
+    else:
+        for r in rules:
+            state = "" if r.enabled else " (disabled)"
+            typer.echo(f"ok    {r.name}: {r.trigger.type} -> {r.action.ref}{state}")
+        for e in errors:
+            typer.echo(f"slurmtower: error: {e}", err=True)
+    if errors:
+        raise typer.Exit(1)
+
+
+def _sensor_app(settings: Settings) -> Any:
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from slurmtower.api.app import _http_problem, _problem, _validation_problem
+    from slurmtower.api.routes import events as routes
+    from slurmtower.api.services import Services
+    from slurmtower.errors import SlurmtowerError
+
+    services = Services.from_settings(settings)
+    routes.setup(services)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        for task in services.background:
+            task.start()
+        try:
+            yield
+        finally:
+            for task in reversed(services.background):
+                await task.stop()
+
+    sensor_app = FastAPI(title="slurmtower sensor", lifespan=lifespan)
+    sensor_app.state.services = services
+    # The same translators as the API: errors become problems in one place.
+    sensor_app.add_exception_handler(SlurmtowerError, _problem)
+    sensor_app.add_exception_handler(RequestValidationError, _validation_problem)
+    sensor_app.add_exception_handler(StarletteHTTPException, _http_problem)
+    sensor_app.include_router(routes.router)
+    return sensor_app
+
+
+@app.command("sensor")
+def sensor_cmd(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default: events.callback_host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: events.callback_port, api.port).")] = None,
+) -> None:
+    """Run the node sensor alone: Slurm triggers, the poll loop, rules, and its callback receiver.
+
+    A clean stop (SIGTERM, Ctrl-C) clears the sensor's triggers.
+    """
+    import uvicorn
+
+    settings = load_settings(config)
+    if port:
+        settings.events.callback_port = port
+    settings.events.sensor_enabled = True
+    bind = host or settings.events.callback_host
+    listen = settings.events.callback_port or settings.api.port
+    uvicorn.run(_sensor_app(settings), host=bind, port=listen, log_level="warning")
