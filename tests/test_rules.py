@@ -587,3 +587,19 @@ def test_command_failure_and_bad_parameters() -> None:
     assert run_command({"argv": []})["status"] == "failed"
     assert run_command({"argv": ["/bin/true"], "timeout": -1})["status"] == "failed"
     assert "not installed" in run_command({"argv": ["/nonexistent/prog"]})["stderr"]
+
+
+# -- public surface ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["slurmtower.rules", "slurmtower.events", "slurmtower.models.event", "slurmtower.events.notify"],
+)
+def test_public_names_are_exported(module: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert mod.__all__ == sorted(mod.__all__, key=lambda n: (not n.isupper(), n))
+    for name in mod.__all__:
+        assert hasattr(mod, name), name
