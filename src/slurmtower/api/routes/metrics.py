@@ -1,0 +1,258 @@
+"""``/metrics``: Prometheus text for the cluster, the event log, the API and slurmtower's own
+load on slurmctld.
+
+Each application gets a private :class:`CollectorRegistry` (several apps in one process, as in
+the tests, never share or clash). Cluster gauges come from the shared snapshot cache, so a
+scrape adds no Slurm query beyond one per resource per ``api.refresh_interval``; event and
+rule-run counts come from slurmtower's own store, read at most once per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from sqlalchemy import column, func, select, table
+
+from slurmtower.api.metrics_hook import register_slurm_call_sink
+from slurmtower.api.security import Perm, require
+from slurmtower.api.services import Services, get_services
+from slurmtower.dashboard.data import ClusterView, cluster_view
+from slurmtower.models import NodeState
+from slurmtower.models.event import RuleRunOutcome
+
+__all__ = ["AppMetrics", "router", "setup"]
+
+router = APIRouter(tags=["service"])
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_RULE_OUTCOMES: tuple[str, ...] = RuleRunOutcome.__args__  # type: ignore[attr-defined]
+_UNMATCHED = "<unmatched>"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass
+class _StoreCounts:
+    events: dict[str, int] = field(default_factory=dict)
+    rule_runs: dict[str, int] = field(default_factory=dict)
+    read_mono: float = float("-inf")
+
+
+class _ClusterCollector:
+    """Yields the gauges of the last cluster view and store counts handed to it."""
+
+    def __init__(self) -> None:
+        self.view: ClusterView | None = None
+        self.view_error: str | None = None
+        self.store: _StoreCounts | None = None
+        self.cache_queries: Counter[str] = Counter()
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("slurmtower_cluster_up",
+                               "1 when the last cluster snapshot was read from slurmctld, else 0")
+        up.add_metric([], 0 if self.view is None or self.view.stale else 1)
+        yield up
+        queries = CounterMetricFamily(
+            "slurmtower_snapshot_queries", "Slurm queries made by the shared snapshot cache, by resource",
+            labels=["resource"])
+        for resource, count in sorted(self.cache_queries.items()):
+            queries.add_metric([resource], count)
+        yield queries
+        view = self.view
+        if view is not None:
+            yield from _cluster_metrics(view)
+        if self.store is not None:
+            events = GaugeMetricFamily("slurmtower_events", "Events in slurmtower's event log, by type",
+                                       labels=["type"])
+            for kind, count in sorted(self.store.events.items()):
+                events.add_metric([kind], count)
+            yield events
+            runs = GaugeMetricFamily("slurmtower_rule_runs",
+                                     "Rule runs in slurmtower's store (retention applies), by outcome",
+                                     labels=["outcome"])
+            for outcome in sorted({*_RULE_OUTCOMES, *self.store.rule_runs}):
+                runs.add_metric([outcome], self.store.rule_runs.get(outcome, 0))
+            yield runs
+
+
+def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
+    age = GaugeMetricFamily("slurmtower_cluster_snapshot_age_seconds",
+                            "Age of the cluster snapshot the gauges come from")
+    age.add_metric([], max(0.0, time.time() - view.fetched_at.timestamp()))
+    yield age
+    by_state = Counter(n.state.value.lower() for n in view.nodes)
+    nodes = GaugeMetricFamily("slurmtower_nodes", "Nodes by base state", labels=["state"])
+    for state in NodeState:
+        nodes.add_metric([state.value.lower()], by_state.get(state.value.lower(), 0))
+    yield nodes
+    flags = Counter(f.lower() for n in view.nodes for f in n.flags)
+    by_flag = GaugeMetricFamily("slurmtower_node_flags", "Nodes carrying each state flag (drain, "
+                                "not_responding, maintenance ...)", labels=["flag"])
+    for flag in sorted({"drain", "not_responding", "fail", "maintenance", "reserved", *flags}):
+        by_flag.add_metric([flag], flags.get(flag, 0))
+    yield by_flag
+    alloc = idle = other = total = 0
+    for n in view.nodes:
+        cpus = n.cpus or 0
+        used = min(n.alloc_cpus or 0, cpus)
+        total += cpus
+        alloc += used
+        # Like sinfo's %C: free CPUs on a drained, down or unresponsive node are "other".
+        usable = n.state is not NodeState.DOWN and not ({"DRAIN", "FAIL", "NOT_RESPONDING"} & n.flags)
+        if usable:
+            idle += cpus - used
+        else:
+            other += cpus - used
+    for name, value, text in (("allocated", alloc, "CPUs allocated to jobs"),
+                              ("idle", idle, "CPUs free on nodes in service"),
+                              ("other", other, "CPUs free on drained, down or unresponsive nodes"),
+                              ("total", total, "CPUs configured")):
+        g = GaugeMetricFamily(f"slurmtower_cpus_{name}", text)
+        g.add_metric([], value)
+        yield g
+    jobs = Counter((j.state.value.lower(), j.partition or "") for j in view.jobs)
+    by_job = GaugeMetricFamily("slurmtower_jobs", "Jobs slurmctld knows, by state and partition",
+                               labels=["state", "partition"])
+    for (job_state, partition), count in sorted(jobs.items()):
+        by_job.add_metric([job_state, partition], count)
+    yield by_job
+
+
+class AppMetrics:
+    """The metrics of one application: its registry, request and Slurm-call instruments."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = PromCounter("slurmtower_http_requests", "HTTP requests answered, by route",
+                                    ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram("slurmtower_http_request_duration_seconds",
+                                 "Time to the response headers, by route", ["method", "route"],
+                                 buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.slurm_calls = PromCounter("slurmtower_slurm_calls",
+                                       "slurmtower's own calls to Slurm (slurmctld, slurmrestd), by kind",
+                                       ["kind", "outcome"], registry=self.registry)
+        self.slurm_latency = Histogram("slurmtower_slurm_call_duration_seconds",
+                                       "Duration of slurmtower's own calls to Slurm, by kind", ["kind"],
+                                       buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.cluster = _ClusterCollector()
+        self.registry.register(self.cluster)
+        self._store_lock = asyncio.Lock()
+
+    def slurm_call(self, kind: str, seconds: float, ok: bool) -> None:
+        """Sink for :func:`slurmtower.api.metrics_hook.slurm_call_observer`."""
+        self.slurm_calls.labels(kind, "ok" if ok else "error").inc()
+        self.slurm_latency.labels(kind).observe(seconds)
+
+    async def refresh(self, services: Services) -> None:
+        """Bring the cluster view and store counts up to date (bounded by the refresh interval)."""
+        try:
+            self.cluster.view = await cluster_view(services)
+            self.cluster.view_error = None
+        except Exception as exc:  # a scrape reports the cluster down, it never fails
+            self.cluster.view_error = str(exc)
+            if self.cluster.view is not None:
+                self.cluster.view = ClusterView(self.cluster.view.nodes, self.cluster.view.jobs,
+                                                self.cluster.view.fetched_at, stale=True)
+        cache = services.extras.get("snapshots")
+        if cache is not None:
+            self.cluster.cache_queries = Counter(cache.queries)
+        store = _event_store(services)
+        if store is None:
+            return
+        interval = services.settings.api.refresh_interval
+        async with self._store_lock:
+            current = self.cluster.store
+            if current is not None and time.monotonic() - current.read_mono < interval:
+                return
+            self.cluster.store = await asyncio.to_thread(_store_counts, store)
+
+
+def _event_store(services: Services) -> Any:
+    from slurmtower.events import EventStore
+
+    for key in ("event_store", "events", "store"):
+        value = services.extras.get(key)
+        if isinstance(value, EventStore):
+            return value
+    return next((v for v in services.extras.values() if isinstance(v, EventStore)), None)
+
+
+def _store_counts(store: Any) -> _StoreCounts:
+    events = table("events", column("type"), schema=store.schema)
+    runs = table("rule_runs", column("outcome"), schema=store.schema)
+    with store.engine.connect() as conn:
+        by_type = conn.execute(select(events.c.type, func.count()).group_by(events.c.type)).all()
+        by_outcome = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
+    return _StoreCounts(events={str(t): int(c) for t, c in by_type},
+                        rule_runs={str(o): int(c) for o, c in by_outcome}, read_mono=time.monotonic())
+
+
+class _RequestMetrics:
+    """ASGI middleware: counts every request and times it to the response headers, by route
+    template (``/executions/{id}``), so that label values stay bounded."""
+
+    def __init__(self, app: ASGIApp, metrics: AppMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500, "done": False}
+
+        def observe() -> None:
+            if status["done"]:
+                return
+            status["done"] = True
+            route = scope.get("route")
+            path = getattr(route, "path", None) or _UNMATCHED
+            method = scope.get("method", "GET")
+            self.metrics.requests.labels(method, path, str(status["code"])).inc()
+            self.metrics.latency.labels(method, path).observe(time.perf_counter() - start)
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                observe()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            observe()
+
+
+def setup(services: Services, app: FastAPI) -> None:
+    metrics = AppMetrics()
+    services.extras["metrics"] = metrics
+    register_slurm_call_sink(metrics.slurm_call)
+    app.add_middleware(_RequestMetrics, metrics=metrics)
+
+
+@router.get("/metrics", dependencies=[require(Perm.READ)], response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+async def metrics(request: Request, services: ServicesDep) -> Response:
+    """Prometheus metrics: cluster gauges, event and rule-run counts, API and Slurm call latency."""
+    app_metrics: AppMetrics = services.extras["metrics"]
+    await app_metrics.refresh(services)
+    body = await asyncio.to_thread(generate_latest, app_metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,83 @@
+"""What the dashboard and ``/metrics`` read: nodes and jobs from the shared snapshot cache.
+
+Both go through the API's :class:`~slurmtower.api.cache.SnapshotCache`, so a dashboard
+refresh or a Prometheus scrape adds no Slurm query beyond one per resource per
+``api.refresh_interval``, whoever else is polling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurmtower.api.cache import shared_cache
+from slurmtower.api.services import Services
+from slurmtower.models import Job, Node, NodeFlag, NodeState
+
+__all__ = ["ClusterView", "NodeView", "cluster_view", "node_view"]
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: list[Node]
+    jobs: list[Job]
+    fetched_at: datetime
+    stale: bool
+
+
+async def cluster_view(services: Services) -> ClusterView:
+    """Nodes and jobs, at most ``api.refresh_interval`` old (one shared Slurm query each)."""
+    cache = shared_cache(services)
+    nodes = await cache.get("nodes")
+    jobs = await cache.get("jobs")
+    return ClusterView(nodes=list(nodes.value), jobs=list(jobs.value),
+                       fetched_at=min(nodes.fetched_at, jobs.fetched_at), stale=nodes.stale or jobs.stale)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as the map shows it."""
+
+    name: str
+    state_text: str
+    css: str
+    """One of idle, mixed, allocated, draining, drained, down, unknown."""
+    reason: str | None
+    owner: str | None
+    cpus: str
+    partitions: str
+    drainable: bool
+    resumable: bool
+
+
+def _owner(node: Node) -> str | None:
+    try:
+        from slurmtower.actions.ownership import reason_owner
+    except ImportError:  # the action catalogue is optional for the dashboard
+        return f"user:{node.reason_set_by_user}" if node.reason_set_by_user else None
+    return reason_owner(node)
+
+
+def node_view(node: Node) -> NodeView:
+    """The map cell of ``node``: a colour class, the reason and its owner for the tooltip."""
+    held = NodeFlag.DRAIN in node.flags or NodeFlag.FAIL in node.flags
+    if node.state is NodeState.DOWN or NodeFlag.NOT_RESPONDING in node.flags:
+        css = "down"
+    elif held:
+        css = "draining" if node.is_busy else "drained"
+    elif node.state in (NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED):
+        css = node.state.value.lower()
+    else:
+        css = "unknown"
+    alloc = node.alloc_cpus if node.alloc_cpus is not None else 0
+    return NodeView(
+        name=node.name,
+        state_text=node.state_text,
+        css=css,
+        reason=node.reason,
+        owner=_owner(node) if node.reason else None,
+        cpus=f"{alloc}/{node.cpus}" if node.cpus is not None else "?",
+        partitions=",".join(node.partitions),
+        drainable=not held and node.state is not NodeState.DOWN,
+        resumable=held or node.state is NodeState.DOWN,
+    )

@@ -1,0 +1,159 @@
+/* slurmtower dashboard: refreshes the server-rendered fragments, follows the event stream,
+   draws the load chart with uPlot and posts drain/resume actions. No framework, no build. */
+(function () {
+  "use strict";
+  const main = document.querySelector("main");
+  const CSRF = main.dataset.csrfHeader;
+  const COOKIE = main.dataset.tokenCookie;
+  const REFRESH_MS = 3000;
+  const FEED_MAX = 100;
+
+  async function swap(id, url) {
+    const resp = await fetch(url, {credentials: "same-origin", cache: "no-store"});
+    if (resp.status === 401) { window.location.assign("/ui/login"); return; }
+    if (resp.ok) { document.getElementById(id).innerHTML = await resp.text(); }
+  }
+  let refreshing = false;
+  async function refresh() {
+    if (refreshing) { return; }
+    refreshing = true;
+    try {
+      await Promise.all([swap("nodes", "/ui/fragments/nodes"), swap("queue", "/ui/fragments/queue")]);
+    } catch (e) { /* network hiccup: next round */ } finally { refreshing = false; }
+  }
+  setInterval(refresh, REFRESH_MS);
+
+  /* --- live event feed (Server-Sent Events) --- */
+  const feed = document.getElementById("feed");
+  const feedStatus = document.getElementById("feed-status");
+  function describe(ev) {
+    const p = ev.payload || {};
+    if (ev.type === "slurm.node.state") {
+      const from = [p.previous_state].concat(p.previous_flags || []).filter(Boolean).join("+");
+      const to = [p.state].concat(p.flags || []).filter(Boolean).join("+");
+      let text = (from || "?") + " \u2192 " + (to || "gone");
+      if (p.reason) { text += " (" + p.reason + (p.reason_owner ? ", " + p.reason_owner : "") + ")"; }
+      return text;
+    }
+    if (p.type || p.class) { return [p.class, p.type, p.argument].filter(Boolean).join(" "); }
+    return "";
+  }
+  function addEvent(raw) {
+    let ev;
+    try { ev = JSON.parse(raw.data); } catch (e) { return; }
+    const li = document.createElement("li");
+    li.className = "event " + String(ev.type).replace(/[^a-z0-9]+/gi, "-");
+    li.dataset.node = ev.node || "";
+    li.dataset.type = ev.type;
+    const time = document.createElement("time");
+    time.textContent = new Date(ev.time).toLocaleTimeString();
+    const type = document.createElement("span");
+    type.className = "type";
+    type.textContent = ev.type;
+    const node = document.createElement("strong");
+    node.textContent = ev.node || "";
+    const text = document.createElement("span");
+    text.className = "detail";
+    text.textContent = describe(ev);
+    li.append(time, " ", type, " ", node, " ", text);
+    feed.prepend(li);
+    while (feed.children.length > FEED_MAX) { feed.lastElementChild.remove(); }
+    if (ev.type === "slurm.node.state") { refresh(); }
+  }
+  if (window.EventSource) {
+    const es = new EventSource("/events/stream");
+    es.onopen = () => { feedStatus.textContent = "live"; };
+    es.onerror = () => { feedStatus.textContent = "reconnecting"; };
+    es.onmessage = addEvent;
+    ["slurm.node.state", "slurm.sensor.trigger.up", "slurm.sensor.trigger.down",
+     "slurm.sensor.trigger.triggered", "slurmtower.security"].forEach((t) => es.addEventListener(t, addEvent));
+  }
+
+  /* --- load chart from the archive (/load) --- */
+  function timeOf(row) {
+    for (const k of ["time", "at", "timestamp", "t", "start", "bucket"]) {
+      if (row[k] !== undefined) {
+        const v = row[k];
+        return typeof v === "number" ? (v > 1e12 ? v / 1000 : v) : Date.parse(v) / 1000;
+      }
+    }
+    return NaN;
+  }
+  function firstRows(body) {
+    if (Array.isArray(body)) { return body; }
+    for (const v of Object.values(body || {})) { if (Array.isArray(v) && v.length && typeof v[0] === "object") { return v; } }
+    return [];
+  }
+  async function drawLoad() {
+    const note = document.getElementById("load-note");
+    let resp;
+    try { resp = await fetch("/load", {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
+    if (!resp.ok) { note.textContent = "no load archive (" + resp.status + ")"; return; }
+    const rows = firstRows(await resp.json()).filter((r) => !isNaN(timeOf(r)));
+    if (!rows.length) { note.textContent = "the load archive is empty so far"; return; }
+    const keys = Object.keys(rows[0]).filter((k) => typeof rows[0][k] === "number" && isNaN(Number(k)) &&
+      !["time", "at", "timestamp", "t", "start", "bucket"].includes(k)).slice(0, 6);
+    const data = [rows.map(timeOf)].concat(keys.map((k) => rows.map((r) => r[k])));
+    const colours = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2"];
+    const el = document.getElementById("load-chart");
+    el.innerHTML = "";
+    new uPlot({width: Math.max(280, el.clientWidth), height: 220,
+      series: [{}].concat(keys.map((k, i) => ({label: k, stroke: colours[i % colours.length], width: 1.5}))),
+      axes: [{}, {}]}, data, el);
+    note.textContent = rows.length + " samples";
+  }
+  drawLoad();
+  setInterval(drawLoad, 60000);
+
+  /* --- drain / resume (rendered for operators only; the API checks again) --- */
+  const dialog = document.getElementById("confirm");
+  const result = document.getElementById("action-result");
+  let pending = null;
+  document.addEventListener("click", (ev) => {
+    const btn = ev.target.closest("button.act");
+    if (!btn || !dialog) { return; }
+    pending = {action: btn.dataset.action, node: btn.dataset.node};
+    const drain = pending.action === "slurm.node.drain";
+    document.getElementById("confirm-title").textContent = (drain ? "Drain " : "Resume ") + pending.node + "?";
+    const reason = document.getElementById("confirm-reason");
+    reason.value = "";
+    reason.required = drain;
+    reason.parentElement.querySelector("label").hidden = !drain;
+    reason.hidden = !drain;
+    document.getElementById("confirm-note").textContent = drain
+      ? "Running jobs finish; no new job starts on the node." : "The node takes jobs again.";
+    dialog.showModal();
+  });
+  if (dialog) {
+    document.getElementById("confirm-cancel").addEventListener("click", () => { pending = null; dialog.close(); });
+    document.getElementById("confirm-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      if (!pending) { return; }
+      const params = {nodes: pending.node};
+      if (pending.action === "slurm.node.drain") { params.reason = document.getElementById("confirm-reason").value.trim(); }
+      const todo = pending;
+      pending = null;
+      dialog.close();
+      result.textContent = todo.action + " " + todo.node + "\u2026";
+      const resp = await fetch("/actions/" + todo.action, {
+        method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
+      let body = {};
+      try { body = await resp.json(); } catch (e) { /* not JSON */ }
+      if (resp.ok && body.status !== "failed") {
+        result.className = "ok";
+        result.textContent = todo.action + " " + todo.node + ": done (execution " + (body.execution_id || "?") + ")";
+      } else {
+        result.className = "error";
+        result.textContent = todo.action + " " + todo.node + " failed: " +
+          ((body.error && body.error.detail) || body.detail || resp.statusText);
+      }
+      refresh();
+    });
+  }
+
+  document.getElementById("logout").addEventListener("click", () => {
+    document.cookie = COOKIE + "=; path=/; max-age=0; SameSite=Strict";
+    window.location.assign("/ui/login");
+  });
+}());
