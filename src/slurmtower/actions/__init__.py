@@ -1,1 +1,46 @@
-"""slurmtower.actions."""
+"""slurmtower.actions: the action catalogue (every StackStorm ``slurm`` pack action), its
+result envelope, drain ownership tags and the audit store.
+
+::
+
+    from slurmtower.actions import Catalogue
+    cat = Catalogue.from_settings(settings)
+    env = cat.execute("slurm.node.drain", {"nodes": "n[1-2]", "reason": "disk swap"},
+                      principal="alice", via="cli")
+    env.status, env.result["reason"]   # "succeeded", "disk swap [slurmtower:alice@cli]"
+"""
+
+from __future__ import annotations
+
+from slurmtower.actions.catalogue import (
+    Catalogue,
+    Dispatcher,
+    cli_principal,
+    parse_cli_params,
+    program_allowed,
+    rule_dispatcher,
+)
+from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
+from slurmtower.actions.ownership import OwnerTag, parse_reason, reason_owner, tag_reason
+from slurmtower.actions.registry import REGISTRY, ActionSpec
+from slurmtower.actions.store import ActionStore, StoreError
+
+__all__ = [
+    "REGISTRY",
+    "ActionSpec",
+    "ActionStore",
+    "AuditOutcome",
+    "AuditRecord",
+    "Catalogue",
+    "Dispatcher",
+    "Envelope",
+    "OwnerTag",
+    "StoreError",
+    "cli_principal",
+    "parse_cli_params",
+    "parse_reason",
+    "program_allowed",
+    "reason_owner",
+    "rule_dispatcher",
+    "tag_reason",
+]

@@ -1,0 +1,315 @@
+"""The action catalogue: the one entry point the CLI, the HTTP API and rules call.
+
+::
+
+    cat = Catalogue.from_settings(settings)
+    env = cat.execute("slurm.node.drain", {"nodes": "n[1-2]", "reason": "disk swap"},
+                      principal="alice", via="cli")
+
+Bad input (unknown action or parameter, wrong type, malformed or unknown nodes ...) raises
+an :mod:`slurmtower.errors` error before anything changes; a refusal by a safety rule raises
+:class:`Conflict`. A Slurm or accounting failure while acting gives a ``failed`` envelope.
+Every mutating action, whatever its outcome, is appended to the audit log; every envelope is
+kept for :meth:`Catalogue.get_execution`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import getpass
+import json
+import os
+import pwd
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+import slurmtower.actions.impl  # noqa: F401 - registers the actions
+from slurmtower.actions.envelope import AuditOutcome, Envelope
+from slurmtower.actions.ownership import Via
+from slurmtower.actions.registry import REGISTRY, ActionSpec, Run
+from slurmtower.actions.store import ActionStore, StoreError
+from slurmtower.errors import (
+    AccountingUnavailable,
+    ConfigError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    SlurmError,
+    SlurmtowerError,
+)
+from slurmtower.settings import Settings
+from slurmtower.slurm import SlurmClient
+
+if TYPE_CHECKING:
+    from slurmtower.accounting import AccountingDB
+
+__all__ = [
+    "Catalogue",
+    "Dispatcher",
+    "cli_principal",
+    "parse_cli_params",
+    "program_allowed",
+    "rule_dispatcher",
+]
+
+Dispatcher = Callable[[str, dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def cli_principal() -> str:
+    """Who runs the CLI: the invoking user behind sudo, else the effective user."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user and os.geteuid() == 0:
+        return sudo_user
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return getpass.getuser()
+
+
+def parse_cli_params(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["jobids=223473", 'criterias={"batch_host": "n1"}']`` -> a parameter dict.
+
+    A value starting with ``{`` or ``[`` is JSON; anything else stays a string and the
+    action's parameter model converts it (``223473`` -> ``[223473]`` for ``jobids``).
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidInput(f"expected key=value, got {pair!r}", param=key or pair)
+        if key in out:
+            raise InvalidInput(f"parameter {key!r} given twice", param=key)
+        if value.lstrip().startswith(("{", "[")):
+            try:
+                out[key] = json.loads(value)
+            except ValueError as exc:
+                raise InvalidInput(f"{key}: not valid JSON: {exc}", param=key) from exc
+        else:
+            out[key] = value
+    return out
+
+
+def program_allowed(program: str, allowlist: Iterable[str]) -> bool:
+    """Whether a trigger program is allowed: the whole string, its executable, or a
+    ``prefix*`` entry matches."""
+    executable = program.split()[0] if program.split() else ""
+    for entry in allowlist:
+        if entry.endswith("*") and program.startswith(entry[:-1]):
+            return True
+        if program == entry or executable == entry:
+            return True
+    return False
+
+
+def _validation_message(spec: ActionSpec, exc: ValidationError) -> InvalidInput:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    fields = list(spec.params.model_fields)
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc, fields, n=2, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(fields)})"
+        return InvalidInput(f"{spec.name}: unknown parameter {loc!r}{hint}", param=loc)
+    if err["type"] == "missing":
+        return InvalidInput(f"{spec.name}: missing required parameter {loc!r}", param=loc)
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return InvalidInput(f"{spec.name}: parameter {loc!r}: {msg}", param=loc)
+
+
+class Catalogue:
+    """Every action, run the same way whoever calls.
+
+    Args:
+        client: the Slurm client actions go through.
+        store: where envelopes and audit records go.
+        accounting: the accounting reader for finished jobs, or a factory building it on
+            first use (``None``: no accounting).
+        settings: for the trigger program allowlist of API and rule callers.
+    """
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        store: ActionStore,
+        *,
+        accounting: AccountingDB | Callable[[], AccountingDB | None] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.settings = settings
+        self._accounting = accounting
+        self._accounting_built: AccountingDB | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, client: SlurmClient | None = None, store: ActionStore | None = None
+    ) -> Catalogue:
+        """Client, store and (lazily) accounting from the settings."""
+        if client is None:
+            from slurmtower.slurm import make_client
+
+            client = make_client(settings)
+
+        def accounting() -> AccountingDB | None:
+            if settings.accounting.url is None:
+                return None
+            from slurmtower.accounting import AccountingDB
+
+            try:
+                return AccountingDB.from_settings(settings)
+            except ConfigError:
+                return None
+
+        return cls(client, store or ActionStore(settings.effective_store_url()), accounting=accounting,
+                   settings=settings)
+
+    # -- discovery --------------------------------------------------------------------------
+    @staticmethod
+    def names() -> list[str]:
+        return sorted(REGISTRY)
+
+    @staticmethod
+    def spec(name: str) -> ActionSpec:
+        """The action named ``name``; :class:`NotFound` suggests close names."""
+        spec = REGISTRY.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else " (see 'slurmtower actions')"
+            raise NotFound(f"unknown action {name!r}{hint}", param="action")
+        return spec
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [REGISTRY[n].describe() for n in self.names()]
+
+    def get_execution(self, execution_id: str) -> Envelope:
+        env = self.store.get_execution(execution_id)
+        if env is None:
+            raise NotFound(f"unknown execution {execution_id!r}", param="execution_id")
+        return env
+
+    # -- execution --------------------------------------------------------------------------
+    def _get_accounting(self) -> AccountingDB | None:
+        if self._accounting is None:
+            return None
+        if self._accounting_built is None:
+            source = self._accounting
+            self._accounting_built = source() if callable(source) else source
+        return self._accounting_built
+
+    def validate(self, name: str, params: dict[str, Any] | None) -> tuple[ActionSpec, BaseModel]:
+        """Check an action's parameters without running it."""
+        spec = self.spec(name)
+        if params is not None and not isinstance(params, dict):
+            raise InvalidInput(f"{name}: parameters must be an object", param="parameters")
+        try:
+            return spec, spec.params.model_validate(params or {})
+        except ValidationError as exc:
+            raise _validation_message(spec, exc) from None
+
+    def execute(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        principal: str,
+        via: Via,
+        dry_run: bool | None = None,
+    ) -> Envelope:
+        """Run one action and return its envelope (see the module docstring for errors)."""
+        spec = self.spec(name)
+        raw = dict(params or {}) if isinstance(params, dict) else params
+        if dry_run is not None and isinstance(raw, dict):
+            if spec.mutating:
+                raw["dry_run"] = dry_run
+            elif dry_run:
+                raise InvalidInput(f"{name} changes nothing: dry_run does not apply", param="dry_run")
+        execution_id = uuid.uuid4().hex
+        started = _now()
+        run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
+                  accounting_factory=self._get_accounting)
+        used: dict[str, Any] = raw if isinstance(raw, dict) else {"parameters": raw}
+        try:
+            _spec, model = self.validate(name, raw)
+            used = model.model_dump(mode="json")
+            run.dry_run = bool(getattr(model, "dry_run", False))
+            if name == "slurm.trigger.set" and via != "cli":
+                self._check_program(str(getattr(model, "program", "")))
+            result = spec.run(run, model)
+        except (SlurmError, AccountingUnavailable, StoreError) as exc:
+            env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
+            self._audit(spec, env, run, "failed", exc.message)
+            self.store.record_execution(env)
+            return env
+        except SlurmtowerError as exc:
+            outcome: AuditOutcome = "refused" if isinstance(exc, Conflict | PermissionDenied) else "rejected"
+            if spec.mutating:
+                env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
+                self._audit(spec, env, run, outcome, exc.message)
+            raise
+        env = self._envelope(spec, execution_id, started, used, run, status="succeeded", result=result)
+        self._audit(spec, env, run, "dry_run" if run.dry_run else "succeeded", "\n".join(run.stdout))
+        self.store.record_execution(env)
+        return env
+
+    def _check_program(self, program: str) -> None:
+        allowlist = self.settings.auth.trigger_program_allowlist if self.settings is not None else []
+        if not program_allowed(program, allowlist):
+            raise PermissionDenied(f"trigger program {program.split()[0]!r} is not in "
+                                   "auth.trigger_program_allowlist", param="program")
+
+    @staticmethod
+    def _envelope(spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run, *,
+                  status: str, result: Any = None, error: SlurmtowerError | None = None) -> Envelope:
+        stderr = error.message if error is not None else ""
+        if isinstance(error, SlurmError) and error.stderr and error.stderr.strip() != error.message:
+            stderr = error.stderr.strip()
+        return Envelope(
+            execution_id=execution_id,
+            action=spec.name,
+            status="succeeded" if status == "succeeded" else "failed",
+            parameters=used,
+            result=json.loads(json.dumps(result, default=str)),
+            exit_code=0 if error is None else error.exit_code,
+            stdout="\n".join(run.stdout),
+            stderr=stderr,
+            start_time=started,
+            end_time=_now(),
+            principal=run.principal,
+            via=run.via,
+            dry_run=run.dry_run,
+            error=error.to_problem() if error is not None else None,
+            http_status=200 if error is None else error.http_status,
+        )
+
+    def _audit(self, spec: ActionSpec, env: Envelope, run: Run, outcome: AuditOutcome, message: str) -> None:
+        if not spec.mutating:
+            return
+        self.store.append_audit(
+            execution_id=env.execution_id, at=env.end_time, who=run.principal, via=run.via, action=spec.name,
+            parameters=env.parameters, nodes=run.nodes, before=run.before, after=run.after, outcome=outcome,
+            message=message,
+        )
+
+
+def rule_dispatcher(catalogue: Catalogue) -> Dispatcher:
+    """The rules engine's ``(action_ref, params, context) -> envelope dict`` over the catalogue.
+
+    The rule's name is the principal (owner tags read ``[slurmtower:<rule>@rule]``).
+    """
+
+    def dispatch(ref: str, params: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+        who = str(context.get("rule") or "rule")
+        env = catalogue.execute(ref, params, principal=who, via="rule")
+        return env.model_dump(mode="json")
+
+    return dispatch

@@ -1,0 +1,61 @@
+"""The result envelope every action returns, and the audit record of every mutation."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AuditOutcome", "AuditRecord", "Envelope"]
+
+AuditOutcome = Literal["succeeded", "failed", "dry_run", "refused", "rejected"]
+
+
+class Envelope(BaseModel):
+    """One execution of one action, the same for the CLI, the HTTP API and rules.
+
+    ``status``, ``result``, ``exit_code``, ``stdout`` and ``stderr`` are the StackStorm pack's
+    fields; ``exit_code`` is 0 on success, else the exit code the CLI ends with.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    execution_id: str
+    action: str
+    status: Literal["succeeded", "failed"]
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """The parameters used, defaults filled in."""
+    result: Any = None
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    start_time: datetime
+    end_time: datetime
+    principal: str
+    via: Literal["cli", "api", "rule"]
+    dry_run: bool = False
+    error: dict[str, Any] | None = None
+    """The problem body (RFC 9457) of a failed execution."""
+    http_status: int = Field(default=200, exclude=True)
+
+
+class AuditRecord(BaseModel):
+    """One mutating action as the audit store keeps it (append-only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    """Position in the log (keyset pagination: ``before=seq``)."""
+    execution_id: str
+    at: datetime
+    who: str
+    via: str
+    action: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    nodes: str | None = None
+    """The node set acted on, folded."""
+    before: dict[str, Any] = Field(default_factory=dict)
+    after: dict[str, Any] = Field(default_factory=dict)
+    outcome: AuditOutcome
+    message: str = ""

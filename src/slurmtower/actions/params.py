@@ -1,0 +1,279 @@
+"""Typed parameter models of the actions: their JSON Schemas are the contract.
+
+Names and defaults follow the StackStorm ``slurm`` pack. Values from the command line arrive
+as strings (``jobids=223473``, ``nodes=n[1-4]``, ``criterias='{"batch_host": "n1"}'``); the
+``before`` validators turn them into the declared types, so the CLI, the HTTP API and rules
+share one validation.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from slurmtower.actions.ownership import contains_tag
+from slurmtower.nodeset import parse_nodeset
+from slurmtower.slurm.client import NODE_UPDATE_FIELDS
+
+__all__ = [
+    "DEFAULT_RESERVATION",
+    "RESERVATION_FLAGS",
+    "TRIGGER_NODE_EVENTS",
+    "UPDATABLE_NODE_FIELDS",
+    "ConfigGetParams",
+    "JobFindParams",
+    "JobGetParams",
+    "NodeDownParams",
+    "NodeDrainParams",
+    "NodeGetParams",
+    "NodeReserveParams",
+    "NodeResumeParams",
+    "NodeUnreserveParams",
+    "NodeUpdateParams",
+    "ReservationProps",
+    "TriggerSetParams",
+    "TriggerUnsetParams",
+]
+
+#: Reservation flags of Slurm 22.05 (scontrol(1), "Flags=").
+RESERVATION_FLAGS = (
+    "ANY_NODES", "DAILY", "FLEX", "HOURLY", "IGNORE_JOBS", "LICENSE_ONLY", "MAGNETIC", "MAINT",
+    "NO_HOLD_JOBS_AFTER", "OVERLAP", "PART_NODES", "PURGE_COMP", "REPLACE", "REPLACE_DOWN",
+    "SPEC_NODES", "STATIC_ALLOC", "TIME_FLOAT", "WEEKDAY", "WEEKEND", "WEEKLY",
+)
+#: The seed's node events for ``slurm.trigger.set``.
+TRIGGER_NODE_EVENTS = ("burst_buffer", "drained", "down", "fail", "up", "idle", "reconfig")
+#: ``infos`` keys of ``slurm.node.update``: what Slurm can update, minus state and reason,
+#: which go through drain/down/resume so that ownership and audit apply.
+UPDATABLE_NODE_FIELDS = tuple(k for k in NODE_UPDATE_FIELDS if k not in {"state", "reason"})
+DEFAULT_RESERVATION = "slurmtower_maint"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+def _split_csv(value: Any) -> Any:
+    """``"1,2,3"`` -> ``["1", "2", "3"]``; a scalar -> a one-item list; lists unchanged."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
+def _nodes(value: Any) -> Any:
+    """Any node expression or list of names -> the folded node set (``n[1-4]``)."""
+    if isinstance(value, str | list | tuple):
+        if isinstance(value, list | tuple) and not all(isinstance(v, str) for v in value):
+            raise ValueError("must be a node set expression or a list of node names")
+        return str(parse_nodeset(value, param="nodes"))
+    return value
+
+
+IntList = Annotated[list[int], BeforeValidator(_split_csv)]
+StrList = Annotated[list[str], BeforeValidator(_split_csv)]
+NodeSetText = Annotated[str, BeforeValidator(_nodes)]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Mutating(_Params):
+    dry_run: bool = Field(default=False, description="Return what would be done and change nothing.")
+
+
+def _reason(value: str) -> str:
+    text = value.strip()
+    if not text:
+        raise ValueError("reason must not be empty")
+    if any(c in text for c in "\n\r\t"):
+        raise ValueError("reason must be one line")
+    if contains_tag(text):
+        raise ValueError("reason must not carry a [slurmtower:...] owner tag; slurmtower adds it")
+    if len(text) > 200:
+        raise ValueError("reason is longer than 200 characters")
+    return text
+
+
+class ConfigGetParams(_Params):
+    item: str | None = Field(default=None, description="One configuration item, snake_case "
+                             "(topology_plugin); all items when omitted.")
+
+
+class JobFindParams(_Params):
+    criterias: dict[str, Any] = Field(description="Job fields and the values they must equal, e.g. "
+                                      '{"batch_host": "n1"} or {"user_name": "alice", "job_state": "RUNNING"}.')
+    include_finished: bool = Field(default=False, description="Also search jobs that left slurmctld, "
+                                   "in the accounting database.")
+
+    @field_validator("criterias")
+    @classmethod
+    def _non_empty(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            raise ValueError("give at least one criterion")
+        return value
+
+
+class JobGetParams(_Params):
+    jobids: IntList = Field(min_length=1, description="Job ids to query.")
+
+    @field_validator("jobids")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(v <= 0 for v in value):
+            raise ValueError("job ids are positive integers")
+        return list(dict.fromkeys(value))
+
+
+class NodeGetParams(_Params):
+    nodes: NodeSetText = Field(description="Nodes to query (n[1-4] or a list).")
+
+
+class NodeDrainParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to drain.")
+    reason: str = Field(default="slurmtower: Drained using slurm.node.drain action",
+                        description="Why; Slurm shows it with slurmtower's owner tag appended.")
+    _check_reason = field_validator("reason")(_reason)
+
+
+class NodeDownParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to set down.")
+    reason: str = Field(default="slurmtower: Downed using slurm.node.down action",
+                        description="Why; Slurm shows it with slurmtower's owner tag appended.")
+    _check_reason = field_validator("reason")(_reason)
+
+
+class NodeResumeParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to resume.")
+    force: bool = Field(default=False, description="Resume even nodes drained or downed by another owner.")
+
+
+class NodeUpdateParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to update.")
+    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(UPDATABLE_NODE_FIELDS) + ".")
+
+    @field_validator("infos")
+    @classmethod
+    def _updatable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            raise ValueError("give at least one field to update")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in {"state", "reason"}:
+                raise ValueError(f"{key!r} is set with slurm.node.drain, slurm.node.down or "
+                                 "slurm.node.resume (ownership and audit apply there)")
+            if key not in UPDATABLE_NODE_FIELDS:
+                raise ValueError(f"Slurm cannot update node field {key!r} "
+                                 f"(updatable: {', '.join(UPDATABLE_NODE_FIELDS)})")
+            if isinstance(item, list) and all(isinstance(v, str) for v in item):
+                item = ",".join(item)
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                raise ValueError(f"{key}: a string or an integer is expected")
+            text = str(item)
+            if any(c in text for c in "\n\r"):
+                raise ValueError(f"{key}: must be one line")
+            if key == "weight" and not text.isdigit():
+                raise ValueError("weight: a non-negative integer is expected")
+            out[key] = text
+        return out
+
+
+class ReservationProps(_Params):
+    start_time: datetime | None = Field(default=None, description="When it starts (ISO 8601); now if omitted.")
+    duration: int | None = Field(default=None, gt=0, description="Minutes; infinite if omitted.")
+    users: StrList = Field(default_factory=lambda: ["root"], min_length=1, description="Users allowed in.")
+    flags: StrList = Field(default_factory=lambda: ["MAINT", "IGNORE_JOBS", "OVERLAP"],
+                           description="Reservation flags: " + ", ".join(RESERVATION_FLAGS) + ".")
+
+    @field_validator("users")
+    @classmethod
+    def _users(cls, value: list[str]) -> list[str]:
+        for user in value:
+            if not _NAME_RE.match(user):
+                raise ValueError(f"not a user name: {user!r}")
+        return value
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: list[str]) -> list[str]:
+        out = []
+        for flag in value:
+            name = flag.strip().upper()
+            if name not in RESERVATION_FLAGS:
+                raise ValueError(f"unknown reservation flag {flag!r} (known: {', '.join(RESERVATION_FLAGS)})")
+            out.append(name)
+        return list(dict.fromkeys(out))
+
+    @field_validator("start_time")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.astimezone()
+        return value
+
+
+def _resv_name(value: str) -> str:
+    if not _NAME_RE.match(value) or len(value) > 64:
+        raise ValueError(f"not a reservation name: {value!r} (letters, digits, _ . -)")
+    return value
+
+
+class NodeReserveParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to add to the reservation.")
+    reservation_name: str = Field(default=DEFAULT_RESERVATION, description="Reservation to use; created "
+                                  "when it does not exist.")
+    props: ReservationProps = Field(default_factory=ReservationProps, description="Properties of a new "
+                                    "reservation: start_time, duration, users, flags.")
+    _check_name = field_validator("reservation_name")(_resv_name)
+
+
+class NodeUnreserveParams(_Mutating):
+    nodes: NodeSetText = Field(description="Nodes to remove from the reservation.")
+    reservation_name: str = Field(default=DEFAULT_RESERVATION, description="Reservation to use; deleted "
+                                  "when it becomes empty.")
+    _check_name = field_validator("reservation_name")(_resv_name)
+
+
+class TriggerSetParams(_Mutating):
+    program: str = Field(description="Absolute path of the program (with arguments) Slurm runs.")
+    jobid: int | None = Field(default=None, gt=0, description="Job to hook (with fini).")
+    offset: int = Field(default=0, ge=-32000, le=32000, description="Seconds between the event and the "
+                        "program run.")
+    fini: bool = Field(default=False, description="With jobid: on job completion (else at its time limit).")
+    nodes: NodeSetText | None = Field(default=None, description="Nodes to watch (all when omitted).")
+    event: str | None = Field(default=None, description="Node event: " + ", ".join(TRIGGER_NODE_EVENTS) + ".")
+
+    @field_validator("program")
+    @classmethod
+    def _program(cls, value: str) -> str:
+        text = value.strip()
+        if not text.startswith("/"):
+            raise ValueError("program must start with an absolute path")
+        if any(c in text for c in "\n\r\0"):
+            raise ValueError("program must be one line")
+        return text
+
+    @field_validator("event")
+    @classmethod
+    def _event(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        name = value.strip().lower()
+        if name not in TRIGGER_NODE_EVENTS:
+            raise ValueError(f"unknown event {value!r} (one of {', '.join(TRIGGER_NODE_EVENTS)})")
+        return name
+
+
+class TriggerUnsetParams(_Mutating):
+    trigger_ids: IntList = Field(min_length=1, description="Trigger ids to clear.")
+    user: str = Field(default="slurm", description="User the triggers belong to.")
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError(f"not a user name: {value!r}")
+        return value

@@ -1,0 +1,87 @@
+"""The action registry and the per-execution context actions run with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from slurmtower.actions.ownership import Via
+from slurmtower.models import Node
+
+if TYPE_CHECKING:
+    from slurmtower.accounting import AccountingDB
+    from slurmtower.settings import Settings
+    from slurmtower.slurm import SlurmClient
+
+__all__ = ["REGISTRY", "ActionSpec", "Permission", "Run", "action", "node_snapshot"]
+
+Permission = Literal["read", "operate", "admin"]
+P = TypeVar("P", bound=BaseModel)
+
+
+@dataclass
+class Run:
+    """What one execution knows and collects: who, how, and the states for the audit."""
+
+    client: SlurmClient
+    principal: str
+    via: Via
+    dry_run: bool
+    settings: Settings | None = None
+    accounting_factory: Callable[[], AccountingDB | None] | None = None
+    nodes: str | None = None
+    """The node set acted on (for the audit)."""
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+    stdout: list[str] = field(default_factory=list)
+
+    def accounting(self) -> AccountingDB | None:
+        """The accounting reader, or ``None`` when none is configured."""
+        return self.accounting_factory() if self.accounting_factory is not None else None
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    description: str
+    params: type[BaseModel]
+    mutating: bool
+    permission: Permission
+    run: Callable[[Run, Any], Any]
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the parameters."""
+        return self.params.model_json_schema()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "mutating": self.mutating,
+            "permission": self.permission,
+            "parameters": self.schema(),
+        }
+
+
+REGISTRY: dict[str, ActionSpec] = {}
+
+
+def action(
+    name: str, params: type[P], *, mutating: bool, permission: Permission
+) -> Callable[[Callable[[Run, P], Any]], Callable[[Run, P], Any]]:
+    """Register an action: its first docstring line is its description."""
+
+    def register(func: Callable[[Run, P], Any]) -> Callable[[Run, P], Any]:
+        doc = (func.__doc__ or "").strip().splitlines()
+        REGISTRY[name] = ActionSpec(name, doc[0] if doc else name, params, mutating, permission, func)
+        return func
+
+    return register
+
+
+def node_snapshot(nodes: list[Node]) -> dict[str, Any]:
+    """``{node: {"state": "IDLE+DRAIN", "reason": ...}}`` for the audit log."""
+    return {n.name: {"state": n.state_text, "reason": n.reason} for n in nodes}
