@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 
 import pytest
 
@@ -71,11 +72,12 @@ def test_controller_statistics_come_from_sdiag(client: CliSlurmClient) -> None:
 
 
 def test_jobs_steps_and_job_ids_with_slurm_side_filters(client: CliSlurmClient) -> None:
+    held_name = f"st-client-held-{uuid.uuid4().hex[:8]}"
     job = int(sh("runuser", "-u", "alice", "--", "sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp",
                  "-J", "st-client-steps", "-A", "physics", "-p", "debug", "-t", "5",
                  "--wrap", "srun sleep 120").strip())
     held = int(sh("runuser", "-u", "bob", "--", "sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp",
-                  "-J", "st-client-held", "-A", "chemistry", "-p", "batch", "-t", "5", "--hold",
+                  "-J", held_name, "-A", "chemistry", "-p", "batch", "-t", "5", "--hold",
                   "--wrap", "true").strip())
     try:
         wait_for(lambda: any(s.job_id == job and s.step_id == "0" for s in client.job_steps([job])), 30,
@@ -87,7 +89,7 @@ def test_jobs_steps_and_job_ids_with_slurm_side_filters(client: CliSlurmClient) 
         assert client.job_ids(users=["bob"], states=["PENDING"]) == [held] or held in client.job_ids(
             users=["bob"], states=["PENDING"])
         assert job not in client.job_ids(users=["bob"])
-        assert client.job_ids(partitions=["batch"], names=["st-client-held"]) == [held]
+        assert client.job_ids(partitions=["batch"], names=[held_name]) == [held]
         assert job in client.job_ids(nodes=NodeSet(jobs[job].nodes or ""))
         steps = client.job_steps([job])
         assert {s.job_id for s in steps} == {job}
@@ -147,14 +149,14 @@ def test_down_then_update_fields(client: CliSlurmClient, clean_nodes: DevCluster
     client.update_nodes(parse_nodeset("n4"), weight="5", comment="st comment", features="dev,ssd")
     n4 = client.nodes(parse_nodeset("n4"))[0]
     assert n4.weight == 5 and n4.comment == "st comment" and "ssd" in (n4.features or [])
-    client.update_nodes(parse_nodeset("n4"), weight="1", comment="", features="dev")
+    client.update_nodes(parse_nodeset("n4"), weight="1", comment="", active_features="dev", features="dev")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"state": "DRAIN"}, "(?i)reason"),
-        ({"state": "MAINT", "reason": "x"}, "(?i)invalid node state"),
+        ({"state": "MAINT", "reason": "x"}, "(?i)valid states are"),
     ],
     ids=["drain-without-reason", "invalid-state"],
 )

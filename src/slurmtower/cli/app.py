@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -43,7 +42,7 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Entry point of the console script: maps every library error to an exit code + one line."""
     _register()
-    command: Callable[..., Any] = typer.main.get_command(app)
+    command = typer.main.get_command(app)
     try:
         return command.main(args=argv, prog_name="slurmtower", standalone_mode=False)
     except SlurmtowerError as exc:

@@ -310,7 +310,7 @@ class DevCluster:
         """
 
         def sbatch(user: str, *args: str) -> int:
-            argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]
+            argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]  # noqa: S108
             out = self._cmd().run(argv, as_user=None if user == "root" else user, timeout=30).stdout
             return int(out.strip().split(";")[0])
 
@@ -341,9 +341,8 @@ class DevCluster:
     def install_packages(self, *, own_mariadb: bool = False) -> None:
         """apt-get install what is missing (never slurm-wlm-emulator)."""
         wanted = list(PACKAGES)
-        if own_mariadb or not self._system_mariadb_alive():
-            if not Path("/usr/sbin/mariadbd").exists():
-                wanted += ["mariadb-server"]
+        if (own_mariadb or not self._system_mariadb_alive()) and not Path("/usr/sbin/mariadbd").exists():
+            wanted += ["mariadb-server"]
         missing = [p for p in wanted if not self._installed(p)]
         if missing:
             self.log(f"installing Debian packages: {' '.join(missing)}")
@@ -391,7 +390,7 @@ class DevCluster:
             self.runner.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", "slurmrestd"])
         slurm = pwd.getpwnam("slurm")
         self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o755)
+        os.chmod(self.root, 0o755)  # noqa: S103 - SlurmUser must traverse it
         for parent in self.root.parents:
             if parent == Path("/"):
                 break
@@ -474,7 +473,8 @@ AccountingStoragePort={self.dbd_port}
 AccountingStorageEnforce=associations
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
-NodeName=n[1-4] NodeAddr=127.0.0.1 NodeHostname=localhost Port={nodes_ports} CPUs=2 RealMemory=2000 State=UNKNOWN Feature=dev
+NodeName=n[1-4] NodeAddr=127.0.0.1 NodeHostname=localhost Port={nodes_ports} CPUs=2 RealMemory=2000 \
+  State=UNKNOWN Feature=dev
 PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 PartitionName=batch Nodes=n[1-2] MaxTime=60 State=UP
 PartitionName=short Nodes=n[3-4] MaxTime=5 DefaultTime=1 State=UP
@@ -549,7 +549,6 @@ serve_index = true
         _wait("munged", lambda: _read_pid(SYSTEM_MUNGE_PID) is not None, 10)
 
     def _sql(self, sql: str, *, check: bool = True) -> str:
-        host, port = self._db_host_port()
         if self._state().get("own_mariadb"):
             argv = ["mariadb", "--protocol=socket", f"--socket={self.run_dir}/mysqld.sock", "-uroot"]
         else:
@@ -557,12 +556,11 @@ serve_index = true
         return self.runner.run([*argv, "-N", "-e", sql], timeout=30, check=check).stdout
 
     def _start_mariadb(self, *, own: bool) -> None:
-        if not own:
-            if not self._system_mariadb_alive():
-                # No MariaDB answers: fall back to our own.
-                self._save_state(own_mariadb=True)
-                self._write_configs(own_mariadb=True)
-                own = True
+        if not own and not self._system_mariadb_alive():
+            # No MariaDB answers: fall back to our own.
+            self._save_state(own_mariadb=True)
+            self._write_configs(own_mariadb=True)
+            own = True
         if own:
             datadir = self.root / "mysql"
             sock = self.run_dir / "mysqld.sock"

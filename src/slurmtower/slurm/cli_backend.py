@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from slurmtower.errors import InvalidInput, NotFound, SlurmError, SlurmRequestError
+from slurmtower.errors import InvalidInput, NotFound, SlurmError, SlurmRequestError, SlurmUnavailable
 from slurmtower.models import (
     ClusterConfig,
     ControllerStats,
@@ -88,23 +88,33 @@ class CliSlurmClient:
         )
 
     def _json(self, argv: list[str], timeout: float | None = None) -> dict[str, Any]:
-        out = self.runner.run(argv, timeout=timeout).stdout
+        res = self.runner.run(argv, timeout=timeout, check=False)
+        doc: Any = None
         try:
-            doc = json.loads(out)
+            doc = json.loads(res.stdout) if res.stdout.strip() else None
         except ValueError as exc:
-            raise SlurmError(f"{argv[0]} printed invalid JSON: {exc}", argv=argv) from exc
-        if not isinstance(doc, dict):
+            if res.returncode == 0:
+                raise SlurmError(f"{argv[0]} printed invalid JSON: {exc}", argv=argv) from exc
+        errors = (doc.get("errors") or []) if isinstance(doc, dict) else []
+        if res.returncode == 0 and isinstance(doc, dict) and not errors:
+            return doc
+        if res.returncode == 0 and doc is not None and not isinstance(doc, dict):
             raise SlurmError(f"{argv[0]} printed JSON that is not an object", argv=argv)
-        errors = doc.get("errors") or []
-        if errors:
-            first = errors[0]
-            msg = first.get("description") or first.get("error") or str(first)
-            raise SlurmRequestError(f"{argv[0]}: {msg}", argv=argv)
-        return doc
+        msg = "; ".join(str(e.get("description") or e.get("error") or e) for e in errors if isinstance(e, dict))
+        msg = msg or res.stderr.strip() or f"{argv[0]} exited with status {res.returncode}"
+        # 22.05's `sinfo --json` reports an unreachable controller as rc 0 with
+        # "Unspecified error", and `squeue --json` as rc 1 with no message: ask slurmctld.
+        if not self.ping():
+            raise SlurmUnavailable(f"slurmctld is not responding ({argv[0]}: {msg})", argv=argv,
+                                   returncode=res.returncode, stderr=res.stderr)
+        raise SlurmRequestError(f"{argv[0]}: {msg}", argv=argv, returncode=res.returncode, stderr=res.stderr)
 
     # -- reads ------------------------------------------------------------------------
     def ping(self) -> bool:
-        out = self.runner.run(["scontrol", "ping"], timeout=10, check=False).stdout
+        try:
+            out = self.runner.run(["scontrol", "ping"], timeout=10, check=False).stdout
+        except SlurmUnavailable:
+            return False
         return "UP" in out
 
     def nodes(self, nodes: NodeSet | None = None) -> list[Node]:

@@ -55,7 +55,7 @@ async def index(request: Request, services: ServicesDep) -> HTMLResponse:
     import httpx
 
     routes = sorted({r.path for r in request.app.routes
-                     if isinstance(r, APIRoute) and "GET" in r.methods and "{" not in r.path
+                     if isinstance(r, APIRoute) and "GET" in (r.methods or set()) and "{" not in r.path
                      and r.path not in ("/", "/events/stream")})
     transport = httpx.ASGITransport(app=request.app)
     rows = []
