@@ -184,8 +184,8 @@ class NodeUpdateParams(_Mutating):
 class ReservationProps(_Params):
     start_time: datetime | None = Field(default=None, description="When it starts (ISO 8601); now if omitted.")
     duration: int | None = Field(default=None, gt=0, description="Minutes; infinite if omitted.")
-    users: StrList = Field(default_factory=lambda: ["root"], min_length=1, description="Users allowed in.")
-    flags: StrList = Field(default_factory=lambda: ["MAINT", "IGNORE_JOBS", "OVERLAP"],
+    users: StrList = Field(default=["root"], min_length=1, description="Users allowed in.")
+    flags: StrList = Field(default=["MAINT", "IGNORE_JOBS", "OVERLAP"],
                            description="Reservation flags: " + ", ".join(RESERVATION_FLAGS) + ".")
 
     @field_validator("users")
@@ -225,7 +225,7 @@ class NodeReserveParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to add to the reservation.")
     reservation_name: str = Field(default=DEFAULT_RESERVATION, description="Reservation to use; created "
                                   "when it does not exist.")
-    props: ReservationProps = Field(default_factory=ReservationProps, description="Properties of a new "
+    props: ReservationProps = Field(default=ReservationProps(), description="Properties of a new "
                                     "reservation: start_time, duration, users, flags.")
     _check_name = field_validator("reservation_name")(_resv_name)
 
