@@ -48,9 +48,7 @@ LAB = Path(__file__).parent / "fixtures" / "slurm" / "_lab-22.05"
             id="24.11-maint",
         ),
         pytest.param("IDLE+DRAIN", [], (NodeState.IDLE, {"DRAIN"}), id="text"),
-        pytest.param(
-            "IDLE+MAINTENANCE+RESERVED", [], (NodeState.IDLE, {"MAINTENANCE", "RESERVED"}), id="text-maint"
-        ),
+        pytest.param("IDLE+MAINTENANCE+RESERVED", [], (NodeState.IDLE, {"MAINTENANCE", "RESERVED"}), id="text-maint"),
         pytest.param("DOWN+NOT_RESPONDING", [], (NodeState.DOWN, {"NOT_RESPONDING"}), id="text-down"),
         pytest.param("IDLE+DRAIN+FAIL", [], (NodeState.IDLE, {"DRAIN", "FAIL"}), id="text-fail"),
         pytest.param("idle*", [], (NodeState.IDLE, {"NOT_RESPONDING"}), id="sinfo-idle*"),
@@ -149,9 +147,7 @@ def test_exit_code_from_text() -> None:
 
 @given(code=st.integers(0, 255))
 def test_exit_code_return_codes_round_trip(code: int) -> None:
-    assert (
-        ExitCode.from_wait_status(code << 8) == ExitCode.from_text(f"{code}:0") == ExitCode(return_code=code)
-    )
+    assert ExitCode.from_wait_status(code << 8) == ExitCode.from_text(f"{code}:0") == ExitCode(return_code=code)
 
 
 @given(signal=st.integers(1, 127))
@@ -166,9 +162,9 @@ _KEY = st.from_regex(r"[A-Za-z][A-Za-z0-9_:/.]{0,12}", fullmatch=True)
 _VALUE = st.text(
     alphabet=st.characters(codec="ascii", categories=["L", "N", "P", "S"], exclude_characters="="),
     max_size=20,
-).map(lambda v: v.strip()) | st.lists(
-    st.text(alphabet="abcXYZ019[]@:-,()#", min_size=1, max_size=8), max_size=4
-).map(" ".join)
+).map(lambda v: v.strip()) | st.lists(st.text(alphabet="abcXYZ019[]@:-,()#", min_size=1, max_size=8), max_size=4).map(
+    " ".join
+)
 
 
 @given(fields=st.dictionaries(_KEY, _VALUE, min_size=1, max_size=8))
@@ -190,9 +186,7 @@ def test_split_key_values_keeps_spaces_and_inner_equals() -> None:
 
 
 def test_reason_suffix_gives_user_and_time() -> None:
-    (node,) = ad.parse_nodes_text(
-        "NodeName=n4 State=IDLE+DRAIN Reason=disk replace [root@2026-11-29T10:00:00]", tz=UTC
-    )
+    (node,) = ad.parse_nodes_text("NodeName=n4 State=IDLE+DRAIN Reason=disk replace [root@2026-11-29T10:00:00]", tz=UTC)
     assert node.reason == "disk replace"
     assert node.reason_set_by_user == "root"
     assert node.reason_changed_at == datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -334,9 +328,7 @@ def test_epoch_zero_is_none_in_every_format() -> None:
 
 
 def test_rest_responses_map_to_the_exception_tree() -> None:
-    assert isinstance(
-        ad.error_from_rest_response(405, "Requested REST method is not defined at URL."), Unsupported
-    )
+    assert isinstance(ad.error_from_rest_response(405, "Requested REST method is not defined at URL."), Unsupported)
     assert isinstance(ad.error_from_rest_response(401, "Authentication failure"), AuthenticationError)
     envelope = {"errors": [{"description": "Invalid node name specified", "error": "Invalid node name"}]}
     assert isinstance(ad.error_from_rest_response(200, envelope), SlurmRequestError)
@@ -419,3 +411,16 @@ def test_one_shot_trigger_without_flags_keeps_its_program() -> None:
     one, two = ad.parse_triggers_text(text)
     assert one.flags == [] and one.program == "/opt/lab/a.sh down now" and not one.is_permanent
     assert two.offset == -300 and two.flags == ["PERM"] and two.program == "/opt/lab/b.sh"
+
+
+def test_public_names_exist() -> None:
+    import slurmtower.models as models
+
+    for module in (models, ad):
+        for name in module.__all__:
+            assert hasattr(module, name), (module.__name__, name)
+
+
+def test_a_job_without_an_id_is_an_error() -> None:
+    with pytest.raises(SlurmError, match="job_id"):
+        ad.parse_jobs_json({"meta": _META_2205, "jobs": [{"job_state": "RUNNING"}]})

@@ -14,6 +14,8 @@ v0.0.38 -> v0.0.40    22.05 -> 23.11. Numbers and epochs become ``{set, infinite
                       partitions' flat keys -> nested groups; sacct ``state.current`` a list,
                       ``required.memory`` -> ``memory_per_node``/``memory_per_cpu``, step ids
                       ``"2024.batch"``; sdiag times and average times become objects.
+                      The step only rewrites values still in the old shape, so it is also
+                      safe for 23.02's v0.0.39, which has some of the new shapes already.
 v0.0.40 -> v0.0.42    no change in the fields read here (checked against the v0.0.40 and
                       v0.0.42 schemas in 24.11's OpenAPI document).
 v0.0.42 -> v0.0.44    keys were only added (node ``topology``, job ``step_id`` ...).

@@ -59,6 +59,13 @@ def _id_or_none(value: Any) -> int | None:
     return result or None
 
 
+def _required_id(record: Record, key: str = "job_id") -> int:
+    value = number(record.get(key))
+    if value is None:
+        raise SlurmError(f"Slurm JSON record without {key!r}")
+    return value
+
+
 def _exit_code(value: Any) -> ExitCode | None:
     if not isinstance(value, dict):
         return None
@@ -220,7 +227,7 @@ def _job(record: Record) -> Job:
     state, flags = parse_job_state(record.get("job_state") or [])
     time_limit = None if is_infinite(record.get("time_limit")) else minutes(record.get("time_limit"))
     return Job(
-        job_id=number(record.get("job_id")) or 0,
+        job_id=_required_id(record),
         array_job_id=_id_or_none(record.get("array_job_id")),
         array_task_id=_array_task_id(record.get("array_task_id")),
         array_task_str=text_or_none(record.get("array_task_string")),
@@ -299,7 +306,7 @@ def _sacct_job(record: Record) -> Job:
     limit = time.get("limit")
     elapsed = number(time.get("elapsed"))
     return Job(
-        job_id=number(record.get("job_id")) or 0,
+        job_id=_required_id(record),
         array_job_id=_id_or_none(array.get("job_id")),
         array_task_id=_array_task_id(array.get("task_id")),
         array_task_str=text_or_none(array.get("task")),
