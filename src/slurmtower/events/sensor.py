@@ -47,6 +47,9 @@ from typing import Any
 
 from slurmtower.errors import AuthenticationError, ConfigError, InvalidInput, SlurmtowerError
 from slurmtower.events.callback import (
+    HEADER_NONCE,
+    HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
     CallbackVerifier,
     generate_key,
     install_notify_program,
@@ -363,6 +366,11 @@ class Sensor:
         recording a ``slurmtower.security`` event for the refused call.
         """
         try:
+            names = {k.lower() for k in headers}
+            if not names & {HEADER_SIGNATURE.lower(), HEADER_NONCE.lower(), HEADER_TIMESTAMP.lower()}:
+                # No attempt at authentication at all: a forged or foreign call, not a
+                # malformed one of ours.
+                raise AuthenticationError("callback is not signed", reason="unsigned")
             self.verifier().verify(method=method, path=path, headers=headers, body=body)
             callback = parse_callback(path, body, sensor_uuid=self.uuid)
         except (InvalidInput, AuthenticationError) as exc:
