@@ -91,7 +91,8 @@
     if (!resp.ok) { note.textContent = "no load archive (" + resp.status + ")"; return; }
     const rows = firstRows(await resp.json()).filter((r) => !isNaN(timeOf(r)));
     if (!rows.length) { note.textContent = "the load archive is empty so far"; return; }
-    const keys = Object.keys(rows[0]).filter((k) => typeof rows[0][k] === "number" && isNaN(Number(k)) &&
+    const preferred = ["cpus_used", "cpus_total", "jobs_running", "jobs_pending"].filter((k) => typeof rows[0][k] === "number");
+    const keys = preferred.length ? preferred : Object.keys(rows[0]).filter((k) => typeof rows[0][k] === "number" &&
       !["time", "at", "timestamp", "t", "start", "bucket"].includes(k)).slice(0, 6);
     const data = [rows.map(timeOf)].concat(keys.map((k) => rows.map((r) => r[k])));
     const colours = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2"];

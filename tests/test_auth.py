@@ -1,0 +1,233 @@
+"""Authentication: hashed tokens, JWTs (key and JWKS URL), anonymous access, the failed-login
+limit, cookie + CSRF header, ``slurmtower token create``, and drain over HTTP by role."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from slurmtower.api import create_app
+from slurmtower.api.security import TOKEN_COOKIE, LoginLimiter, hash_token
+from slurmtower.settings import Settings
+from tests.auth_helpers import ADMIN, JWT_SECRET, OPERATOR, READER, bearer, with_tokens
+from tests.conftest import node_states, sh, wait_for
+
+with warnings.catch_warnings():
+    # Starlette asks for httpx2 at import time; the TestClient works with httpx.
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+
+@pytest.fixture()
+def auth_settings(settings: Settings) -> Settings:
+    return with_tokens(settings)
+
+
+@pytest.fixture()
+def api(auth_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(auth_settings)) as client:
+        yield client
+
+
+def _jwt(claims: dict[str, object], key: str | object = JWT_SECRET, alg: str = "HS256",
+         headers: dict[str, str] | None = None) -> str:
+    body = {"exp": int(time.time()) + 300, **claims}
+    return jwt.encode(body, key, algorithm=alg, headers=headers)  # type: ignore[arg-type]
+
+
+def test_health_is_public_and_read_routes_are_not(api: TestClient) -> None:
+    assert api.get("/health").status_code == 200
+    resp = api.get("/nodes")
+    assert resp.status_code == 401
+    assert resp.headers["www-authenticate"] == "Bearer"
+    assert resp.json()["detail"] == "authentication required"
+    assert api.get("/nodes", headers=bearer(READER)).status_code == 200
+
+
+def test_anonymous_read_opens_read_routes_but_not_actions(auth_settings: Settings) -> None:
+    auth_settings.auth.anonymous_read = True
+    with TestClient(create_app(auth_settings)) as api:
+        assert api.get("/nodes").status_code == 200
+        assert api.get("/metrics").status_code == 200
+        resp = api.post("/actions/slurm.node.drain", json={"nodes": "n1", "reason": "x"})
+        assert resp.status_code in (401, 403)
+        assert "anonymous" in resp.json()["detail"] or resp.status_code == 401
+    assert "DRAIN" not in node_states()["n1"]
+
+
+def test_wrong_scheme_and_unknown_token_are_401_and_never_logged(
+        api: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="slurmtower.auth")
+    resp = api.get("/nodes", headers={"Authorization": "Basic dXNlcjpwdw=="})
+    assert resp.status_code == 401
+    assert "Bearer" in resp.json()["detail"]
+    secret = "stw_not_a_real_token_but_secret_looking"
+    resp = api.get("/nodes", headers=bearer(secret))
+    assert resp.status_code == 401
+    assert resp.json()["detail"] == "invalid token"
+    assert "failed login from testclient" in caplog.text
+    assert secret not in caplog.text
+    assert secret[:12] not in caplog.text
+
+
+def test_reader_cannot_operate_and_error_names_the_role(api: TestClient) -> None:
+    resp = api.post("/actions/slurm.node.drain", json={"nodes": "n1", "reason": "x"}, headers=bearer(READER))
+    assert resp.status_code == 403
+    assert "rita (reader)" in resp.json()["detail"]
+
+
+def test_failed_logins_are_rate_limited_per_address(auth_settings: Settings) -> None:
+    auth_settings.auth.login_failures_per_minute = 3
+    with TestClient(create_app(auth_settings)) as api:
+        for _ in range(3):
+            assert api.get("/nodes", headers=bearer("wrong")).status_code == 401
+        # Blocked now, even with a valid token, from this address ...
+        resp = api.get("/nodes", headers=bearer(READER))
+        assert resp.status_code == 429
+        assert resp.json()["retry_after"] >= 1
+        # ... but not from another one.
+        with TestClient(api.app, client=("10.1.2.3", 5000)) as other:
+            assert other.get("/ui/whoami", headers=bearer(READER)).json()["name"] == "rita"
+        # Public routes still answer.
+        assert api.get("/health").status_code == 200
+
+
+def test_login_limiter_forgets_failures_after_the_window() -> None:
+    now = [1000.0]
+    limiter = LoginLimiter(2, window=60, clock=lambda: now[0])
+    limiter.failed("a")
+    limiter.failed("a")
+    assert limiter.retry_after("a") == pytest.approx(60)
+    assert limiter.retry_after("b") == 0
+    now[0] += 30
+    assert limiter.retry_after("a") == pytest.approx(30)
+    now[0] += 31
+    assert limiter.retry_after("a") == 0
+
+
+def test_jwt_with_shared_key_gives_role_from_claim(auth_settings: Settings) -> None:
+    from pydantic import SecretStr
+
+    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    with TestClient(create_app(auth_settings)) as api:
+        op = _jwt({"sub": "jo", "role": ["reader", "operator"]})
+        assert api.get("/ui/whoami", headers=bearer(op)).json() == {
+            "name": "jo", "role": "operator", "via": "jwt", "may_operate": True}
+        reader = _jwt({"preferred_username": "max", "role": "reader"})
+        assert api.get("/ui/whoami", headers=bearer(reader)).json()["role"] == "reader"
+        no_role = _jwt({"sub": "nobody"})
+        assert api.get("/nodes", headers=bearer(no_role)).status_code == 403
+        expired = _jwt({"sub": "jo", "role": "admin", "exp": int(time.time()) - 3600})
+        resp = api.get("/nodes", headers=bearer(expired))
+        assert (resp.status_code, resp.json()["detail"]) == (401, "JWT expired")
+        forged = _jwt({"sub": "jo", "role": "admin"}, key="another-secret-of-at-least-32-bytes!!")
+        assert api.get("/nodes", headers=bearer(forged)).status_code == 401
+        unsigned = jwt.encode({"sub": "jo", "role": "admin", "exp": int(time.time()) + 60}, None,
+                              algorithm="none")
+        assert api.get("/nodes", headers=bearer(unsigned)).status_code == 401
+
+
+@pytest.fixture()
+def jwks_server() -> Iterator[tuple[str, object]]:
+    """A real HTTP server publishing one RSA public key as a JWKS; yields (url, private key)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/jwks.json", key
+    server.shutdown()
+    server.server_close()
+
+
+def test_jwt_verified_against_jwks_url(auth_settings: Settings, jwks_server: tuple[str, object]) -> None:
+    url, key = jwks_server
+    auth_settings.auth.jwt_jwks_url = url
+    auth_settings.auth.jwt_audience = "slurmtower"
+    with TestClient(create_app(auth_settings)) as api:
+        good = _jwt({"sub": "kim", "role": "admin", "aud": "slurmtower"}, key=key, alg="RS256",
+                    headers={"kid": "k1"})
+        assert api.get("/ui/whoami", headers=bearer(good)).json()["role"] == "admin"
+        wrong_aud = _jwt({"sub": "kim", "role": "admin", "aud": "other"}, key=key, alg="RS256",
+                         headers={"kid": "k1"})
+        assert api.get("/nodes", headers=bearer(wrong_aud)).status_code == 401
+        # An HMAC token must not pass against a JWKS-only configuration.
+        hs = _jwt({"sub": "kim", "role": "admin", "aud": "slurmtower"}, headers={"kid": "k1"})
+        assert api.get("/nodes", headers=bearer(hs)).status_code == 401
+
+
+def test_cookie_login_needs_csrf_header_for_mutations(api: TestClient) -> None:
+    api.cookies.set(TOKEN_COOKIE, OPERATOR)
+    assert api.get("/ui/whoami").json()["name"] == "otto"
+    resp = api.post("/actions/slurm.node.drain", json={"nodes": "n1", "reason": "csrf?", "dry_run": True})
+    assert resp.status_code == 403
+    assert resp.json()["param"] == "x-slurmtower-request"
+
+
+def test_token_create_prints_a_token_once_with_its_config_entry(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("slurmtower")
+    out = subprocess.run([str(exe), "token", "create", "--role", "operator", "--name", "otto", "-o", "json"],
+                         capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    assert data["entry"] == {"name": "otto", "role": "operator", "sha256": hash_token(data["token"])}
+    assert len(data["token"]) > 40
+    text = subprocess.run([str(exe), "token", "create", "--role", "reader", "--name", "rita"],
+                          capture_output=True, text=True, check=True).stdout
+    token = text.splitlines()[0].removeprefix("token: ")
+    assert f'sha256 = "{hash_token(token)}"' in text
+    assert "[[auth.tokens]]" in text
+    bad = subprocess.run([str(exe), "token", "create", "--role", "root", "--name", "x"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "slurmtower: error: --role 'root' is not one of reader, operator, admin"]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[auth.tokens]]\nname = "otto"\nrole = "reader"\nsha256 = "{"0" * 64}"\n')
+    dup = subprocess.run([str(exe), "token", "create", "--role", "reader", "--name", "otto", "-c", str(cfg)],
+                         capture_output=True, text=True)
+    assert dup.returncode == 2
+    assert "already has a token" in dup.stderr
+
+
+@pytest.mark.cluster
+def test_drain_over_http_needs_an_operator_and_audit_names_the_token(
+        auth_settings: Settings, clean_nodes: object) -> None:
+    body = {"nodes": "n2", "reason": "fan noise"}
+    with TestClient(create_app(auth_settings)) as api:
+        assert api.post("/actions/slurm.node.drain", json=body).status_code == 401
+        assert api.post("/actions/slurm.node.drain", json=body, headers=bearer(READER)).status_code == 403
+        assert "DRAIN" not in node_states()["n2"]
+        resp = api.post("/actions/slurm.node.drain", json=body, headers=bearer(OPERATOR))
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["status"] == "succeeded"
+        assert resp.json()["principal"] == "otto"
+        wait_for(lambda: "DRAIN" in node_states()["n2"], 10, what="n2 drained")
+        assert "otto" in sh("scontrol", "show", "node", "n2")
+        audit = api.get("/audit", headers=bearer(ADMIN))
+        assert audit.status_code == 200
+        assert "otto" in audit.text and "slurm.node.drain" in audit.text
