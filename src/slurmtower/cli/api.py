@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from slurmtower.cli.app import app
 from slurmtower.settings import load_settings
 
-__all__ = ["serve"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["app_factory", "serve"]
+
+
+def app_factory() -> FastAPI:
+    """The application built from ``$SLURMTOWER_CONFIG`` and the environment (one per worker)."""
+    from slurmtower.api import create_app
+
+    return create_app(load_settings())
 
 
 @app.command()
@@ -19,6 +30,8 @@ def serve(
                                                 help="Config file (TOML or YAML).")] = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default: api.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: api.port).")] = None,
+    workers: Annotated[int | None, typer.Option(min=1,
+                                                help="Worker processes (default: api.workers).")] = None,
 ) -> None:
     """Run the REST API service."""
     import uvicorn
@@ -30,5 +43,15 @@ def serve(
         settings.api.host = host
     if port:
         settings.api.port = port
+    if workers:
+        settings.api.workers = workers
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if settings.api.workers > 1:
+        # Each worker builds its own app from the same file and environment; the load
+        # archiver's lease keeps exactly one of them sampling.
+        if config is not None:
+            os.environ["SLURMTOWER_CONFIG"] = str(config)
+        uvicorn.run("slurmtower.cli.api:app_factory", factory=True, host=settings.api.host,
+                    port=settings.api.port, workers=settings.api.workers, log_level="info")
+        return
     uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")

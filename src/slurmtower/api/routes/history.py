@@ -9,16 +9,17 @@ give a 503 problem while the live routes keep working.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
-from slurmtower.accounting import AccountingDB, parse_history_query
+from slurmtower.accounting import AccountingDB, HistoryQuery, parse_history_query
 from slurmtower.api.cache import strict_query
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services, get_services
-from slurmtower.errors import AccountingUnavailable, ConfigError
+from slurmtower.errors import AccountingUnavailable, ConfigError, InvalidInput
 from slurmtower.models.accounting import AccountingUser, HistoryPage
 
 __all__ = ["accounting_db", "router", "setup", "shutdown"]
@@ -26,6 +27,16 @@ __all__ = ["accounting_db", "router", "setup", "shutdown"]
 router = APIRouter(tags=["accounting"])
 ServicesDep = Annotated[Services, Depends(get_services)]
 _lock = threading.Lock()
+# User, account and partition names Slurm accepts (POSIX-ish names; '@' for LDAP domains).
+# Anything else (quotes, spaces, SQL) is refused rather than looked up.
+_NAME = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,127}")
+
+
+def _check_names(query: HistoryQuery) -> None:
+    for param in ("user", "partition", "account"):
+        value = getattr(query, param)
+        if value is not None and not _NAME.fullmatch(value):
+            raise InvalidInput(f"{param} is not a valid {param} name: {value[:60]!r}", param=param)
 
 
 def setup(services: Services, _app: FastAPI) -> None:
@@ -72,6 +83,7 @@ async def history(request: Request, services: ServicesDep) -> HistoryPage:
     jobname, associd, state (0-11 or name), jobid (= > < >= <=), submitted/started/ended
     before/after."""
     query = parse_history_query(request.scope.get("query_string", b"").decode("latin-1"))
+    _check_names(query)
     timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
 
     def read() -> HistoryPage:
@@ -88,6 +100,8 @@ async def users(request: Request, services: ServicesDep) -> list[AccountingUser]
     """Users known to slurmdbd with their associations (accounts, partitions, limits); ``name=``."""
     params = strict_query(request, ("name",))
     name = params.get("name")
+    if name is not None and not _NAME.fullmatch(name):
+        raise InvalidInput(f"name is not a valid user name: {name[:60]!r}", param="name")
     timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
 
     def read() -> list[AccountingUser]:

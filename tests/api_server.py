@@ -1,0 +1,53 @@
+"""Run a slurmtower app on a real loopback HTTP server (uvicorn in a thread) for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from slurmtower.api import create_app
+from slurmtower.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running(app: FastAPI, timeout: float = 20) -> Iterator[httpx.Client]:
+    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield a client for it."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > end:
+            raise RuntimeError("the test API server did not start")
+        time.sleep(0.02)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            yield http
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@contextmanager
+def api_for(settings: Settings, *, archiver: bool = False) -> Iterator[httpx.Client]:
+    """A real server of ``create_app(settings)`` with anonymous reads allowed."""
+    settings.auth.anonymous_read = True
+    settings.archiver.archive_usage_load = archiver
+    with running(create_app(settings)) as http:
+        yield http
