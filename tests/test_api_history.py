@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import pytest
 import httpx
+import pytest
 from pydantic import SecretStr
 
 from slurmtower.devcluster import DevCluster
