@@ -53,16 +53,11 @@ MAX_PAGE = 1000
 
 
 def _catalogue_dispatcher(settings: Settings, client: SlurmClient) -> Any:
-    # The action catalogue's adapter, when the actions package provides one.
-    try:
-        from slurmtower import actions
-    except ImportError:
-        return None
-    for name in ("rule_dispatcher", "make_dispatcher", "dispatcher_for"):
-        factory = getattr(actions, name, None)
-        if callable(factory):
-            return factory(settings, client)
-    return None
+    """The action catalogue as the rule engine's dispatcher (rules act as principal ``<rule>``,
+    via ``rule``: drains they make carry ``[slurmtower:<rule>@rule]``)."""
+    from slurmtower.actions import Catalogue, rule_dispatcher
+
+    return rule_dispatcher(Catalogue.from_settings(settings, client=client))
 
 
 def build_rule_engine(
