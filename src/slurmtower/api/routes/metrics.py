@@ -120,13 +120,17 @@ def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
             idle += cpus - used
         else:
             other += cpus - used
-    for name, value, text in (("allocated", alloc, "CPUs allocated to jobs"),
-                              ("idle", idle, "CPUs free on nodes in service"),
-                              ("other", other, "CPUs free on drained, down or unresponsive nodes"),
-                              ("total", total, "CPUs configured")):
-        g = GaugeMetricFamily(f"slurmtower_cpus_{name}", text)
-        g.add_metric([], value)
-        yield g
+    # Named like sinfo's %C split; "total" is a separate gauge because a _total suffix is
+    # reserved for counters.
+    cpus = GaugeMetricFamily("slurmtower_cpus", "CPUs by use: allocated to jobs, idle on nodes in "
+                             "service, other (free on drained, down or unresponsive nodes)",
+                             labels=["state"])
+    for name, value in (("allocated", alloc), ("idle", idle), ("other", other)):
+        cpus.add_metric([name], value)
+    yield cpus
+    configured = GaugeMetricFamily("slurmtower_cpus_configured", "CPUs configured on all nodes")
+    configured.add_metric([], total)
+    yield configured
     jobs = Counter((j.state.value.lower(), j.partition or "") for j in view.jobs)
     by_job = GaugeMetricFamily("slurmtower_jobs", "Jobs slurmctld knows, by state and partition",
                                labels=["state", "partition"])
