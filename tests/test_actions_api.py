@@ -1,0 +1,126 @@
+"""The action endpoints over HTTP: roles, envelopes, problems, and the audit's who."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slurmtower.api import create_app
+from slurmtower.api.security import hash_token
+from slurmtower.api.services import Services
+from slurmtower.settings import Settings, TokenEntry
+from slurmtower.slurm import CliSlurmClient
+
+from .conftest import node_states, sh
+
+with warnings.catch_warnings():
+    # starlette asks for `httpx2` instead of httpx; the client works the same
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.cluster
+
+TOKENS = {"reader": "r-token-123", "operator": "o-token-456", "admin": "a-token-789"}
+
+
+def auth(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[role]}"}
+
+
+@pytest.fixture()
+def http(settings: Settings, client: CliSlurmClient) -> Iterator[TestClient]:
+    settings.auth.tokens = [TokenEntry(name=f"{role}-bot", role=role, sha256=hash_token(tok))  # type: ignore[arg-type]
+                            for role, tok in TOKENS.items()]
+    settings.auth.trigger_program_allowlist = ["/bin/echo"]
+    app = create_app(services=Services(settings=settings, client=client))
+    with TestClient(app) as tc:
+        yield tc
+
+
+def test_catalogue_lists_json_schemas(http: TestClient) -> None:
+    assert http.get("/actions").status_code == 401
+    resp = http.get("/actions", headers=auth("reader"))
+    assert resp.status_code == 200
+    actions = {a["name"]: a for a in resp.json()}
+    assert len(actions) == 13
+    drain = actions["slurm.node.drain"]
+    assert drain["permission"] == "operate" and drain["mutating"] is True
+    assert drain["parameters"]["required"] == ["nodes"]
+    assert actions["slurm.trigger.set"]["permission"] == "admin"
+
+
+def test_roles_401_403_200_and_audit_names_the_token(http: TestClient, clean_nodes: Any) -> None:
+    body = {"nodes": "n[1-2]", "reason": "psu swap"}
+    before = node_states()
+    assert http.post("/actions/slurm.node.drain", json=body).status_code == 401
+    denied = http.post("/actions/slurm.node.drain", json=body, headers=auth("reader"))
+    assert denied.status_code == 403 and denied.headers["content-type"].startswith("application/problem+json")
+    assert node_states() == before
+    ok = http.post("/actions/slurm.node.drain", json=body, headers=auth("operator"))
+    assert ok.status_code == 200, ok.text
+    env = ok.json()
+    assert env["status"] == "succeeded" and env["principal"] == "operator-bot" and env["via"] == "api"
+    assert env["result"]["reason"] == "psu swap [slurmtower:operator-bot@api]"
+    assert all("DRAIN" in node_states()[n] for n in ("n1", "n2"))
+    got = http.get(f"/executions/{env['execution_id']}", headers=auth("reader"))
+    assert got.status_code == 200 and got.json()["result"] == env["result"]
+    audit = http.get("/audit", headers=auth("reader")).json()["records"]
+    assert audit[0]["who"] == "operator-bot" and audit[0]["via"] == "api" and audit[0]["outcome"] == "succeeded"
+    # admin is another owner: refused with 409 naming the holder
+    refused = http.post("/actions/slurm.node.resume", json={"nodes": "n[1-2]"}, headers=auth("admin"))
+    assert refused.status_code == 409
+    assert "slurmtower:operator-bot@api" in refused.json()["detail"]
+    assert refused.json()["holders"] == {"n1": "slurmtower:operator-bot@api", "n2": "slurmtower:operator-bot@api"}
+    resumed = http.post("/actions/slurm.node.resume", json={"nodes": "n[1-2]"}, headers=auth("operator"))
+    assert resumed.status_code == 200 and resumed.json()["status"] == "succeeded"
+
+
+def test_read_action_needs_only_reader(http: TestClient) -> None:
+    resp = http.post("/actions/slurm.node.get", json={"nodes": "n3"}, headers=auth("reader"))
+    assert resp.status_code == 200 and list(resp.json()["result"]) == ["n3"]
+
+
+@pytest.mark.parametrize(("name", "body", "status", "param"), [
+    ("slurm.node.drian", {"nodes": "n1"}, 404, "action"),
+    ("slurm.node.drain", {"nodes": "n1", "why": "x"}, 400, "why"),
+    ("slurm.node.drain", {"nodes": ["n1", 2]}, 400, "nodes"),
+    ("slurm.node.drain", {"nodes": "n[1-"}, 400, "nodes"),
+    ("slurm.node.drain", {"nodes": "n1,zz1"}, 404, "nodes"),
+    ("slurm.node.drain", {"nodes": "n1", "reason": ""}, 400, "reason"),
+    ("slurm.node.reserve", {"nodes": "n1", "props": {"flags": ["MAINTENANCE"]}}, 400, "props.flags"),
+    ("slurm.node.update", {"nodes": "n1", "infos": {"cpus": 1}}, 400, "infos"),
+], ids=["unknown-action", "unknown-param", "wrong-type", "malformed-nodeset", "unknown-node", "empty-reason",
+        "bad-flag", "not-updatable"])
+def test_bad_input_is_a_4xx_problem_and_changes_nothing(http: TestClient, name: str, body: dict[str, Any],
+                                                       status: int, param: str) -> None:
+    before = node_states(), sh("scontrol", "-o", "show", "reservation", check=False)
+    resp = http.post(f"/actions/{name}", json=body, headers=auth("operator"))
+    assert resp.status_code == status, resp.text
+    problem = resp.json()
+    assert problem["status"] == status and problem["param"] == param and problem["detail"]
+    assert (node_states(), sh("scontrol", "-o", "show", "reservation", check=False)) == before
+
+
+def test_triggers_need_admin_and_an_allowed_program(http: TestClient) -> None:
+    body = {"program": "/bin/echo api-test", "event": "down", "dry_run": True}
+    assert http.post("/actions/slurm.trigger.set", json=body, headers=auth("operator")).status_code == 403
+    bad = http.post("/actions/slurm.trigger.set", json={**body, "program": "/bin/sh -c id"}, headers=auth("admin"))
+    assert bad.status_code == 403 and "allowlist" in bad.json()["detail"]
+    ok = http.post("/actions/slurm.trigger.set", json=body, headers=auth("admin"))
+    assert ok.status_code == 200 and ok.json()["dry_run"] is True
+
+
+def test_unknown_execution_404(http: TestClient) -> None:
+    assert http.get("/executions/nope", headers=auth("reader")).status_code == 404
+
+
+def test_audit_keyset_pagination(http: TestClient) -> None:
+    for _ in range(3):
+        http.post("/actions/slurm.node.drain?dry_run=true", json={"nodes": "n1"}, headers=auth("operator"))
+    page = http.get("/audit?limit=2", headers=auth("reader")).json()
+    assert len(page["records"]) == 2 and page["next_before"] is not None
+    rest = http.get(f"/audit?limit=2&before={page['next_before']}", headers=auth("reader")).json()
+    assert len(rest["records"]) == 1 and rest["records"][0]["outcome"] == "dry_run"
