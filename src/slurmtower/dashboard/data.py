@@ -50,12 +50,12 @@ class NodeView:
     resumable: bool
 
 
-def _owner(node: Node) -> str | None:
-    try:
-        from slurmtower.actions.ownership import reason_owner
-    except ImportError:  # the action catalogue is optional for the dashboard
-        return f"user:{node.reason_set_by_user}" if node.reason_set_by_user else None
-    return reason_owner(node)
+def _reason_and_owner(node: Node) -> tuple[str | None, str | None]:
+    """The reason without slurmtower's owner tag, and who holds it (``slurmtower:otto@api``)."""
+    from slurmtower.actions.ownership import parse_reason, reason_owner
+
+    text, _tag = parse_reason(node.reason)
+    return text, reason_owner(node)
 
 
 def node_view(node: Node) -> NodeView:
@@ -70,12 +70,13 @@ def node_view(node: Node) -> NodeView:
     else:
         css = "unknown"
     alloc = node.alloc_cpus if node.alloc_cpus is not None else 0
+    reason, owner = _reason_and_owner(node)
     return NodeView(
         name=node.name,
         state_text=node.state_text,
         css=css,
-        reason=node.reason,
-        owner=_owner(node) if node.reason else None,
+        reason=reason,
+        owner=owner,
         cpus=f"{alloc}/{node.cpus}" if node.cpus is not None else "?",
         partitions=",".join(node.partitions),
         drainable=not held and node.state is not NodeState.DOWN,

@@ -122,12 +122,12 @@ def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
             other += cpus - used
     # Named like sinfo's %C split; "total" is a separate gauge because a _total suffix is
     # reserved for counters.
-    cpus = GaugeMetricFamily("slurmtower_cpus", "CPUs by use: allocated to jobs, idle on nodes in "
+    by_use = GaugeMetricFamily("slurmtower_cpus", "CPUs by use: allocated to jobs, idle on nodes in "
                              "service, other (free on drained, down or unresponsive nodes)",
                              labels=["state"])
     for name, value in (("allocated", alloc), ("idle", idle), ("other", other)):
-        cpus.add_metric([name], value)
-    yield cpus
+        by_use.add_metric([name], value)
+    yield by_use
     configured = GaugeMetricFamily("slurmtower_cpus_configured", "CPUs configured on all nodes")
     configured.add_metric([], total)
     yield configured

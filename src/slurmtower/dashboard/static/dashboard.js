@@ -90,7 +90,10 @@
     try { resp = await fetch("/load", {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
     if (!resp.ok) { note.textContent = "no load archive (" + resp.status + ")"; return; }
     const rows = firstRows(await resp.json()).filter((r) => !isNaN(timeOf(r)));
-    if (!rows.length) { note.textContent = "the load archive is empty so far"; return; }
+    if (rows.length < 2) {
+      note.textContent = rows.length ? "one sample so far; the chart starts with the second" : "the load archive is empty so far";
+      return;
+    }
     const preferred = ["cpus_used", "cpus_total", "jobs_running", "jobs_pending"].filter((k) => typeof rows[0][k] === "number");
     const keys = preferred.length ? preferred : Object.keys(rows[0]).filter((k) => typeof rows[0][k] === "number" &&
       !["time", "at", "timestamp", "t", "start", "bucket"].includes(k)).slice(0, 6);
