@@ -6,6 +6,7 @@ eligible (the held sample job), which /history does show (they are in the job ta
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -26,8 +27,14 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def sample_jobs(devcluster: DevCluster) -> SampleJobs:
+def sample_jobs(devcluster: DevCluster) -> Iterator[SampleJobs]:
     jobs = devcluster.submit_sample_jobs()
+    yield from _recorded(jobs)
+    subprocess.run(["scancel", str(jobs.running), str(jobs.pending), str(jobs.timeout)],
+                   capture_output=True, check=False)
+
+
+def _recorded(jobs: SampleJobs) -> Iterator[SampleJobs]:
 
     every = ",".join(str(j) for j in jobs.as_dict().values())
 
@@ -40,7 +47,7 @@ def sample_jobs(devcluster: DevCluster) -> SampleJobs:
                 and states[jobs.failed] == "FAILED")
 
     wait_for(recorded, 60, 0.5, what="the sample jobs to finish in accounting")
-    return jobs
+    yield jobs
 
 
 @pytest.fixture()

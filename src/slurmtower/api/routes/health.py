@@ -54,9 +54,13 @@ async def index(request: Request, services: ServicesDep) -> HTMLResponse:
         raise NotFound("the route index is off (api.serve_index)")
     import httpx
 
-    routes = sorted({r.path for r in request.app.routes
-                     if isinstance(r, APIRoute) and "GET" in (r.methods or set()) and "{" not in r.path
-                     and r.path not in ("/", "/events/stream")})
+    # The OpenAPI paths: newer FastAPI nests included routers, so app.routes is not flat.
+    paths = request.app.openapi().get("paths", {})
+    routes = sorted({path for path, ops in paths.items() if "get" in ops and "{" not in path
+                     and path not in ("/", "/events/stream")}
+                    | {r.path for r in request.app.routes
+                       if isinstance(r, APIRoute) and "GET" in (r.methods or set()) and "{" not in r.path
+                       and r.path not in ("/", "/events/stream")})
     transport = httpx.ASGITransport(app=request.app)
     rows = []
     headers = {k: v for k, v in request.headers.items() if k == "authorization"}

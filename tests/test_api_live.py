@@ -1,0 +1,300 @@
+"""Live routes (/queue /nodes /partitions /stats /usage) on a real HTTP server, checked against
+squeue, sinfo, scontrol and sdiag in the same test; the snapshot cache's promises."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from slurmtower.api import create_app
+from slurmtower.api.cache import SnapshotCache
+from slurmtower.api.routes.live import build_usage
+from slurmtower.api.security import hash_token
+from slurmtower.devcluster import DevCluster
+from slurmtower.models import Job, JobState, Node, NodeState, Partition
+from slurmtower.settings import Settings, TokenEntry
+
+from .api_server import api_for, running
+from .conftest import sh, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def sbatch(*args: str) -> int:
+    out = sh("sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args)
+    return int(out.strip().split(";")[0])
+
+
+@pytest.fixture()
+def jobs(devcluster: DevCluster) -> Iterator[list[int]]:
+    """Jobs a test submits; cancelled afterwards."""
+    ids: list[int] = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *map(str, ids)], capture_output=True, check=False)
+
+
+def rpc_counts() -> dict[str, int]:
+    out = sh("sdiag")
+    return {m[1]: int(m[3]) for m in re.finditer(r"^\s*(\w+)\s+\(\s*(\d+)\)\s+count:(\d+)", out, re.M)}
+
+
+def squeue_ids() -> set[int]:
+    return {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+
+
+def test_queue_matches_squeue(settings: Settings, jobs: list[int]) -> None:
+    jobs += [sbatch("-J", "live-held", "--hold", "-p", "debug", "--wrap", "true") for _ in range(3)]
+    before = squeue_ids()
+    with api_for(settings) as http:
+        resp = http.get("/queue")
+    after = squeue_ids()
+    assert resp.status_code == 200
+    body = resp.json()
+    got = {j["job_id"] for j in body["jobs"]}
+    assert before & after <= got <= before | after
+    assert set(jobs) <= got and body["count"] == len(body["jobs"])
+    held = [j for j in body["jobs"] if j["job_id"] in jobs]
+    assert all(j["state"] == "PENDING" and j["name"] == "live-held" for j in held)
+
+
+def test_nodes_and_partitions_match_sinfo(settings: Settings) -> None:
+    with api_for(settings) as http:
+        nodes = http.get("/nodes").json()
+        parts = http.get("/partitions").json()
+    want_nodes: dict[str, tuple[int, int, set[str]]] = {}
+    for line in sh("sinfo", "-h", "-N", "-o", "%N|%c|%m|%R").splitlines():
+        name, cpus, mem, part = line.split("|")
+        old = want_nodes.get(name, (int(cpus), int(mem), set()))
+        want_nodes[name] = (old[0], old[1], old[2] | {part})
+    got_nodes = {n["name"]: (n["cpus"], n["real_memory_mib"], set(n["partitions"])) for n in nodes["nodes"]}
+    assert got_nodes == want_nodes
+    assert nodes["count"] == 4
+    want_parts = {}
+    for line in sh("sinfo", "-h", "-o", "%R|%D|%N|%a").splitlines():
+        name, count, nodelist, avail = line.split("|")
+        want_parts[name] = (int(count), nodelist, avail.upper())
+    got_parts = {p["name"]: (p["total_nodes"], p["nodes"], p["state"]) for p in parts["partitions"]}
+    assert got_parts == want_parts
+    limits = {p["name"]: p["max_time"] for p in parts["partitions"]}
+    assert limits == {"debug": None, "batch": "PT1H", "short": "PT5M"}
+
+
+def test_stats_match_sdiag(settings: Settings) -> None:
+    with api_for(settings) as http:
+        text_before = sh("sdiag")
+        stats = http.get("/stats").json()["stats"]
+        text_after = sh("sdiag")
+    submitted = {int(re.search(r"Jobs submitted:\s+(\d+)", t)[1]) for t in (text_before, text_after)}  # type: ignore[index]
+    assert stats["jobs_submitted"] in submitted
+    names = {r["name"] for r in stats["rpcs_by_type"]}
+    assert "REQUEST_NODE_INFO" in names and "REQUEST_JOB_INFO" in names
+    assert stats["server_thread_count"] >= 1
+
+
+def test_usage_matches_running_jobs(settings: Settings, jobs: list[int]) -> None:
+    jobs += [sbatch("-J", "live-use", "-p", "batch", "--mem=300", "-t", "5", "--wrap", "sleep 300")]
+    wait_for(lambda: sh("squeue", "-h", "-j", str(jobs[0]), "-o", "%T").strip() == "RUNNING", 30,
+             what="the job to run")
+    with api_for(settings) as http:
+        squeue_before = sh("squeue", "-h", "-t", "R", "-o", "%A|%P|%N|%C")
+        usage = http.get("/usage").json()
+        squeue_after = sh("squeue", "-h", "-t", "R", "-o", "%A|%P|%N|%C")
+    assert squeue_before == squeue_after, "jobs changed during the test; cannot compare"
+    want: dict[tuple[str, str], int] = {}
+    for line in squeue_before.splitlines():
+        _jid, part, nodelist, cpus = line.split("|")
+        assert "," not in nodelist and "[" not in nodelist  # single-node jobs in this test
+        want[(part, nodelist)] = want.get((part, nodelist), 0) + int(cpus)
+    for part, body in usage["partitions"].items():
+        for node, row in body["nodes"].items():
+            assert row["cpus_used"] == want.get((part, node), 0), (part, node)
+            assert row["cpus_total"] == 2 and row["memory_total_mib"] == 2000
+        assert body["totals"]["cpus_used"] == sum(r["cpus_used"] for r in body["nodes"].values())
+    node = sh("squeue", "-h", "-j", str(jobs[0]), "-o", "%N").strip()
+    row = usage["partitions"]["batch"]["nodes"][node]
+    assert row["cpus_used"] >= 1 and row["memory_used_mib"] >= 300
+    assert usage["totals"]["cpus_total"] == 8
+
+
+def test_usage_survives_zero_nodes_deleted_users_and_hidden_partitions() -> None:
+    nodes = [Node(name="z1", state=NodeState.IDLE, cpus=0, real_memory_mib=0, partitions=["p"]),
+             Node(name="z2", state=NodeState.DOWN, partitions=["p", "secret"])]
+    jobs = [Job(job_id=1, state=JobState.RUNNING, partition="p", nodes="z1", cpus=1, user_name=None),
+            Job(job_id=2, state=JobState.RUNNING, partition="secret", nodes="z2", cpus=1,
+                memory_per_cpu_mib=10),
+            Job(job_id=3, state=JobState.RUNNING, partition="gone", nodes="z[1-2]", cpus=2)]
+    parts = [Partition(name="p", state="UP", nodes="z[1-3]"), Partition(name="secret", state="UP", nodes="z2"),
+             Partition(name="empty", state="UP", nodes=None)]
+    usage = build_usage(nodes, jobs, parts, frozenset({"secret"}))
+    assert set(usage["partitions"]) == {"p", "empty"}
+    z1 = usage["partitions"]["p"]["nodes"]["z1"]
+    assert (z1["cpus_used"], z1["cpu_usage"], z1["memory_usage"]) == (1, None, None)
+    assert usage["partitions"]["p"]["nodes"]["z2"]["cpus_used"] == 0
+    assert usage["partitions"]["p"]["nodes"]["z3"]["state"] is None
+    assert usage["partitions"]["empty"]["nodes"] == {}
+
+
+def test_hidden_partitions_are_hidden_from_every_live_route(settings: Settings, jobs: list[int]) -> None:
+    jobs += [sbatch("-J", "secret-held", "--hold", "-p", "short", "--wrap", "true"),
+             sbatch("-J", "secret-run", "-p", "short", "-t", "2", "--wrap", "sleep 120")]
+    wait_for(lambda: sh("squeue", "-h", "-j", str(jobs[1]), "-o", "%T").strip() == "RUNNING", 30,
+             what="the job to run")
+    settings.api.hidden_partitions = ["short"]
+    with api_for(settings) as http:
+        queue = http.get("/queue").json()
+        nodes = http.get("/nodes").json()
+        parts = http.get("/partitions").json()
+        usage = http.get("/usage").json()
+    assert not {j["job_id"] for j in queue["jobs"]} & set(jobs)
+    assert all("short" not in (j["partition"] or "") for j in queue["jobs"])
+    assert {n["name"] for n in nodes["nodes"]} == {"n1", "n2", "n3", "n4"}  # n3, n4 are in debug too
+    assert all("short" not in n["partitions"] for n in nodes["nodes"])
+    assert "short" not in {p["name"] for p in parts["partitions"]} and parts["count"] == 2
+    assert "short" not in usage["partitions"]
+    assert "short" in sh("squeue", "-h", "-j", str(jobs[1]), "-o", "%P")  # Slurm still has it
+
+
+def test_concurrent_clients_share_one_slurm_query(settings: Settings) -> None:
+    settings.api.refresh_interval = 30
+    settings.auth.anonymous_read = True
+    settings.archiver.archive_usage_load = False
+    settings.events.sensor_enabled = False
+    app = create_app(settings)
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        before = rpc_counts()
+        with ThreadPoolExecutor(50) as pool:
+            answers = list(pool.map(lambda _: http.get("/nodes").status_code, range(200)))
+        after = rpc_counts()
+    assert answers == [200] * 200
+    assert cache.queries["nodes"] == 1
+    assert after.get("REQUEST_NODE_INFO", 0) - before.get("REQUEST_NODE_INFO", 0) <= 1
+
+
+def test_at_most_one_query_per_refresh_interval(settings: Settings) -> None:
+    settings.api.refresh_interval = 1.0
+    settings.auth.anonymous_read = True
+    settings.archiver.archive_usage_load = False
+    settings.events.sensor_enabled = False
+    app = create_app(settings)
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        end = time.monotonic() + 3.5
+
+        def poll(_: int) -> int:
+            n = 0
+            while time.monotonic() < end:
+                assert http.get("/queue").status_code == 200
+                n += 1
+            return n
+
+        with ThreadPoolExecutor(8) as pool:
+            total = sum(pool.map(poll, range(8)))
+    assert total > 50
+    assert 3 <= cache.queries["jobs"] <= 5
+
+
+def test_responses_carry_age_etag_and_gzip(settings: Settings) -> None:
+    settings.api.refresh_interval = 30
+    with api_for(settings) as http:
+        first = http.get("/nodes", headers={"Accept-Encoding": "gzip"})
+        assert first.headers["content-encoding"] == "gzip"
+        raw = httpx.get(str(http.base_url.join("/nodes")), headers={"Accept-Encoding": "gzip"})
+        assert raw.json() == first.json()
+        time.sleep(0.6)
+        second = http.get("/nodes", headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in second.headers
+        assert second.json()["fetched_at"] == first.json()["fetched_at"]
+        assert float(second.headers["x-data-age"]) >= 0.5 > float(first.headers["x-data-age"])
+        assert second.json()["stale"] is False
+        etag = first.headers["etag"]
+        again = http.get("/nodes", headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        assert http.get("/nodes", headers={"If-None-Match": 'W/"other"'}).status_code == 200
+    packed = gzip.compress(second.content)
+    assert len(packed) < len(second.content)
+
+
+@pytest.mark.parametrize(("url", "param"), [
+    ("/queue?user=alice", "user"), ("/nodes?state=idle", "state"), ("/partitions?x=1", "x"),
+    ("/stats?all=1", "all"), ("/usage?partition=debug", "partition"), ("/load?time=abc", "time"),
+    ("/load?offset=-1", "offset"), ("/load?time<=5", "time"), ("/load?time=0", "time"),
+    ("/load?since=1", "since"),
+], ids=lambda v: str(v))
+def test_bad_live_parameters_are_a_400_naming_them(settings: Settings, url: str, param: str) -> None:
+    with api_for(settings) as http:
+        resp = http.get(url)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["param"] == param
+
+
+def test_live_routes_need_a_reader_unless_anonymous_read(settings: Settings) -> None:
+    settings.events.sensor_enabled = False
+    settings.auth.tokens = [TokenEntry(name="dash", role="reader", sha256=hash_token("s3cret"))]
+    with running(create_app(settings)) as http:
+        assert http.get("/queue").status_code == 401
+        assert http.get("/queue", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.get("/queue", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert http.get("/health").status_code == 200
+
+
+def test_openapi_docs_and_route_index(settings: Settings) -> None:
+    settings.api.serve_index = True
+    with api_for(settings) as http:
+        spec = http.get("/openapi.json").json()
+        for path in ("/queue", "/nodes", "/partitions", "/stats", "/usage", "/history", "/users", "/load"):
+            assert path in spec["paths"], path
+        assert "Job" in spec["components"]["schemas"]
+        assert http.get("/docs").status_code == 200
+        index = http.get("/").text
+    for path in ("/queue", "/nodes", "/usage", "/history", "/load"):
+        assert f'<a href="{path}">{path}</a></td><td class="ok">200' in index, path
+
+
+def _ctld_pid(devcluster: DevCluster) -> int:
+    return int(Path(devcluster.run_dir / "slurmctld.pid").read_text().split()[0])
+
+
+def test_slurmctld_stopped_gives_503_or_stale_within_the_bound(devcluster: DevCluster, settings: Settings,
+                                                               tmp_path: Path) -> None:
+    settings.api.slurm_wait = 3
+    settings.api.refresh_interval = 0.5
+    stale_settings = settings.model_copy(deep=True)
+    stale_settings.api.serve_stale = True
+    stale_settings.state_dir = tmp_path / "stale"
+    with api_for(settings) as strict, api_for(stale_settings) as lenient:
+        assert lenient.get("/nodes").status_code == 200
+        os.kill(_ctld_pid(devcluster), signal.SIGTERM)
+        try:
+            wait_for(lambda: "DOWN" in sh("scontrol", "ping", check=False), 20, what="slurmctld to stop")
+            time.sleep(0.6)
+            start = time.monotonic()
+            resp = strict.get("/nodes")
+            took = time.monotonic() - start
+            assert resp.status_code == 503, resp.text
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            assert took < settings.api.slurm_wait + 2
+            start = time.monotonic()
+            stale = lenient.get("/nodes")
+            assert time.monotonic() - start < settings.api.slurm_wait + 2
+            assert stale.status_code == 200
+            assert stale.json()["stale"] is True and stale.json()["stale_reason"]
+            assert stale.headers["x-data-stale"] == "true"
+            assert len(stale.json()["nodes"]) == 4
+            # the routes that do not need slurmctld keep answering
+            assert strict.get("/health").status_code == 200
+        finally:
+            devcluster.up()
+        wait_for(lambda: strict.get("/nodes").status_code == 200, 30, 0.5, what="/nodes to recover")
+        wait_for(lambda: lenient.get("/nodes").json()["stale"] is False, 30, 0.5, what="fresh data")
