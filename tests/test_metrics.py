@@ -111,3 +111,18 @@ def test_promtool_accepts_the_scrape(api: TestClient, clean_nodes: object) -> No
     text = api.get("/metrics", headers=bearer(READER)).text
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.cluster
+def test_grafana_dashboard_uses_only_exported_metrics(api: TestClient, clean_nodes: object) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    api.get("/nodes", headers=bearer(READER))
+    text = api.get("/metrics", headers=bearer(READER)).text
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text())
+    used = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"slurmtower_\w+", t["expr"])}
+    assert len(used) >= 10
+    assert used <= exported, used - exported

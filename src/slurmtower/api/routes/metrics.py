@@ -27,7 +27,14 @@ from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.data import ClusterView, cluster_view
 from slurmtower.models import NodeState
-from slurmtower.models.event import RuleRunOutcome
+from slurmtower.models.event import (
+    NODE_STATE,
+    SECURITY,
+    SENSOR_DOWN,
+    SENSOR_TRIGGERED,
+    SENSOR_UP,
+    RuleRunOutcome,
+)
 
 __all__ = ["AppMetrics", "router", "setup"]
 
@@ -37,6 +44,8 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RULE_OUTCOMES: tuple[str, ...] = RuleRunOutcome.__args__  # type: ignore[attr-defined]
 _UNMATCHED = "<unmatched>"
+#: Event types always exported (0 until one happens), so dashboards and alerts find them.
+_EVENT_TYPES = (NODE_STATE, SENSOR_UP, SENSOR_DOWN, SENSOR_TRIGGERED, SECURITY)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,8 +90,8 @@ class _ClusterCollector:
         if self.store is not None:
             events = GaugeMetricFamily("slurmtower_events", "Events in slurmtower's event log, by type",
                                        labels=["type"])
-            for kind, count in sorted(self.store.events.items()):
-                events.add_metric([kind], count)
+            for kind in sorted({*_EVENT_TYPES, *self.store.events}):
+                events.add_metric([kind], self.store.events.get(kind, 0))
             yield events
             runs = GaugeMetricFamily("slurmtower_rule_runs",
                                      "Rule runs in slurmtower's store (retention applies), by outcome",
