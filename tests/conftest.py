@@ -115,3 +115,15 @@ def clean_nodes(devcluster: DevCluster) -> Iterator[DevCluster]:
     restore_all_nodes(devcluster)
     yield devcluster
     restore_all_nodes(devcluster)
+
+
+@pytest.fixture(scope="session")
+def sample_jobs(devcluster: DevCluster) -> Iterator[dict[str, int]]:
+    """The devcluster's sample jobs (COMPLETED, FAILED, CANCELLED, TIMEOUT, PENDING, RUNNING).
+
+    The TIMEOUT job needs 60-90 s to end; the RUNNING and PENDING ones are cancelled at the
+    end of the session.
+    """
+    jobs = devcluster.submit_sample_jobs().as_dict()
+    yield jobs
+    subprocess.run(["scancel", str(jobs["running"]), str(jobs["pending"])], capture_output=True, check=False)

@@ -248,7 +248,7 @@ class DevCluster:
     def down(self) -> None:
         """Stop the daemons this devcluster started, newest first."""
         state = self._state()
-        pids: list[tuple[str, int | None]] = [("slurmrestd", _read_pid(self.run_dir / "slurmrestd.pid"))]
+        pids: list[tuple[str, int | None]] = [("slurmrestd", self._rest_pid())]
         pids += [(f"slurmd {n}", _read_pid(self.run_dir / f"slurmd-{n}.pid")) for n in NODES]
         self._stop(pids)
         self._stop([("slurmctld", _read_pid(self.run_dir / "slurmctld.pid"))])
@@ -264,7 +264,7 @@ class DevCluster:
         daemons: dict[str, int | None] = {
             "slurmctld": _read_pid(self.run_dir / "slurmctld.pid"),
             "slurmdbd": _read_pid(self.run_dir / "slurmdbd.pid"),
-            "slurmrestd": _read_pid(self.run_dir / "slurmrestd.pid"),
+            "slurmrestd": self._rest_pid(),
             "munged": _read_pid(SYSTEM_MUNGE_PID),
         }
         for n in NODES:
@@ -534,6 +534,19 @@ serve_index = true
         if proc.returncode != 0:
             raise DevClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
 
+    def _background(self, argv: list[str], *, pidfile: Path | None, log: Path, env: dict[str, str]) -> None:
+        """Start a foreground-only daemon detached from us (start-stop-daemon, from dpkg)."""
+        ssd = ["start-stop-daemon", "--start", "--background", "--no-close", "--exec", argv[0]]
+        if pidfile is not None:
+            ssd += ["--make-pidfile", "--pidfile", str(pidfile)]
+        with open(log, "ab") as out:
+            proc = subprocess.run(  # noqa: S603
+                [*ssd, "--", *argv[1:]], env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                check=False, cwd="/", timeout=30,
+            )
+        if proc.returncode != 0:
+            raise DevClusterError(f"could not start {argv[0]} (start-stop-daemon exit {proc.returncode}), see {log}")
+
     def _start_munge(self) -> None:
         if _read_pid(SYSTEM_MUNGE_PID) is not None:
             return
@@ -575,12 +588,11 @@ serve_index = true
             if _read_pid(self.run_dir / "mariadbd.pid") is None:
                 shutil.chown(self.run_dir, "slurm", "slurm")
                 os.chmod(self.run_dir, 0o777)  # noqa: S103 - mysqld writes its socket here
-                log = open(self.log_dir / "mariadbd.log", "ab")  # noqa: SIM115
-                subprocess.Popen(  # noqa: S603
+                self._background(
                     ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
                      f"--port={self.own_mariadb_port}", "--bind-address=127.0.0.1", "--user=mysql",
                      f"--pid-file={self.run_dir}/mariadbd.pid", "--innodb-buffer-pool-size=256M"],
-                    stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
+                    pidfile=None, log=self.log_dir / "mariadbd.log", env=self.slurm_env(),
                 )
                 _wait("mariadbd", lambda: sock.exists() and _port_open(self.own_mariadb_port), 60)
         sec = self._secrets()
@@ -632,20 +644,36 @@ serve_index = true
             if todo:
                 cmd.run(["sacctmgr", "-i", "add", "user", ",".join(todo), f"Account={account}"], timeout=20)
 
+    def _rest_pid(self) -> int | None:
+        """slurmrestd's pid: from its pid file, or found by its command line (a lost pid file)."""
+        pid = _read_pid(self.run_dir / "slurmrestd.pid")
+        if pid is not None:
+            return pid
+        wanted = [b"/usr/sbin/slurmrestd", f"127.0.0.1:{self.rest_port}".encode()]
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if all(w in cmdline for w in wanted):
+                (self.run_dir / "slurmrestd.pid").write_text(f"{entry.name}\n")
+                return int(entry.name)
+        return None
+
     def _rest_alive(self) -> bool:
-        return _read_pid(self.run_dir / "slurmrestd.pid") is not None and _port_open(self.rest_port)
+        return self._rest_pid() is not None and _port_open(self.rest_port)
 
     def _start_slurmrestd(self) -> None:
         if self._rest_alive():
             return
-        log = open(self.log_dir / "slurmrestd.log", "ab")  # noqa: SIM115
         env = {**self.slurm_env(), "SLURM_JWT": "daemon"}
-        proc = subprocess.Popen(  # noqa: S603
+        self._background(
             ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-u", "slurmrestd", "-g", "slurmrestd",
              f"127.0.0.1:{self.rest_port}"],
-            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
+            pidfile=self.run_dir / "slurmrestd.pid", log=self.log_dir / "slurmrestd.log", env=env,
         )
-        (self.run_dir / "slurmrestd.pid").write_text(f"{proc.pid}\n")
         _wait("slurmrestd", lambda: _port_open(self.rest_port), 15)
 
     def _wait_idle(self) -> None:
