@@ -196,7 +196,7 @@ class LoadArchive:
         with self.engine.begin() as conn:
             conn.execute(insert(self.samples).values(ts=sample.timestamp, holder=sample.archiver,
                                                      sample=sample.model_dump_json()))
-            conn.execute(delete(self.samples).where(self.samples.c.ts < sample.timestamp - retention_seconds))
+            conn.execute(delete(self.samples).where(self.samples.c.ts < time.time() - retention_seconds))
 
     def window(self, start: float, end: float) -> list[LoadSample]:
         """Samples with ``start < ts <= end``, oldest first."""
