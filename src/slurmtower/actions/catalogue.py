@@ -247,18 +247,21 @@ class Catalogue:
             result = spec.run(run, model)
         except (SlurmError, AccountingUnavailable, StoreError) as exc:
             env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
-            self._audit(spec, env, run, "failed", exc.message)
-            self.store.record_execution(env)
+            self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, "failed",
+                                                                             exc.message))
             return env
         except SlurmtowerError as exc:
             outcome: AuditOutcome = "refused" if isinstance(exc, Conflict | PermissionDenied) else "rejected"
             if spec.mutating:
                 env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
-                self._audit(spec, env, run, outcome, exc.message)
+                record = self._audit_record(spec, env, run, outcome, exc.message)
+                if record is not None:
+                    self.store.append_audit(**record)
             raise
         env = self._envelope(spec, execution_id, started, used, run, status="succeeded", result=result)
-        self._audit(spec, env, run, "dry_run" if run.dry_run else "succeeded", "\n".join(run.stdout))
-        self.store.record_execution(env)
+        outcome = "dry_run" if run.dry_run else "succeeded"
+        self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, outcome,
+                                                                         "\n".join(run.stdout)))
         return env
 
     def _check_program(self, program: str) -> None:
@@ -291,14 +294,16 @@ class Catalogue:
             http_status=200 if error is None else error.http_status,
         )
 
-    def _audit(self, spec: ActionSpec, env: Envelope, run: Run, outcome: AuditOutcome, message: str) -> None:
+    @staticmethod
+    def _audit_record(spec: ActionSpec, env: Envelope, run: Run, outcome: AuditOutcome,
+                      message: str) -> dict[str, Any] | None:
         if not spec.mutating:
-            return
-        self.store.append_audit(
-            execution_id=env.execution_id, at=env.end_time, who=run.principal, via=run.via, action=spec.name,
-            parameters=env.parameters, nodes=run.nodes, before=run.before, after=run.after, outcome=outcome,
-            message=message,
-        )
+            return None
+        return {
+            "execution_id": env.execution_id, "at": env.end_time, "who": run.principal, "via": run.via,
+            "action": spec.name, "parameters": env.parameters, "nodes": run.nodes, "before": run.before,
+            "after": run.after, "outcome": outcome, "message": message,
+        }
 
 
 def rule_dispatcher(catalogue: Catalogue) -> Dispatcher:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    event,
     insert,
     select,
 )
@@ -104,6 +105,17 @@ class ActionStore:
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         self.engine: Engine = create_engine(parsed)
+        if parsed.get_backend_name() == "sqlite":
+            # WAL: the CLI and the API append concurrently; NORMAL: one fsync per checkpoint,
+            # not per audit record (a crash may lose the last records, never corrupt the file).
+            @event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("PRAGMA busy_timeout=5000")
+                cur.close()
+
         try:
             metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
@@ -112,8 +124,9 @@ class ActionStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def record_execution(self, envelope: Envelope) -> None:
-        """Keep the envelope for ``GET /executions/{id}``."""
+    def record_execution(self, envelope: Envelope, *, audit_record: dict[str, Any] | None = None) -> None:
+        """Keep the envelope for ``GET /executions/{id}`` (and its audit record, in the same
+        transaction, when given: the keyword arguments of :meth:`append_audit`)."""
         row = {
             "execution_id": envelope.execution_id,
             "action": envelope.action,
@@ -128,6 +141,8 @@ class ActionStore:
         try:
             with self.engine.begin() as conn:
                 conn.execute(insert(executions).values(**row))
+                if audit_record is not None:
+                    conn.execute(insert(audit).values(**self._audit_row(**audit_record)))
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot record execution: {exc.__class__.__name__}") from exc
 
@@ -157,7 +172,33 @@ class ActionStore:
         message: str = "",
     ) -> int:
         """Append one record; returns its ``seq``."""
-        row = {
+        row = self._audit_row(execution_id=execution_id, at=at, who=who, via=via, action=action,
+                              parameters=parameters, nodes=nodes, before=before, after=after, outcome=outcome,
+                              message=message)
+        try:
+            with self.engine.begin() as conn:
+                result = conn.execute(insert(audit).values(**row))
+                key = result.inserted_primary_key
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot append to the audit log: {exc.__class__.__name__}") from exc
+        return int(key[0]) if key else 0
+
+    @staticmethod
+    def _audit_row(
+        *,
+        execution_id: str,
+        at: datetime,
+        who: str,
+        via: str,
+        action: str,
+        parameters: dict[str, Any],
+        nodes: str | None,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        outcome: AuditOutcome,
+        message: str = "",
+    ) -> dict[str, Any]:
+        return {
             "execution_id": execution_id,
             "at": at,
             "who": who,
@@ -170,13 +211,6 @@ class ActionStore:
             "outcome": outcome,
             "message": message[:4000],
         }
-        try:
-            with self.engine.begin() as conn:
-                result = conn.execute(insert(audit).values(**row))
-                key = result.inserted_primary_key
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot append to the audit log: {exc.__class__.__name__}") from exc
-        return int(key[0]) if key else 0
 
     def list_audit(
         self,
