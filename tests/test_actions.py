@@ -224,6 +224,20 @@ def test_resume_of_another_owners_drain_is_refused(catalogue: Catalogue, clean_n
     assert all("DRAIN" not in s for s in node_states().values())
 
 
+def test_drain_over_another_owners_drain_needs_force(catalogue: Catalogue, clean_nodes: Any) -> None:
+    run(catalogue, "slurm.node.drain", {"nodes": "n3", "reason": "psu"}, who="alice")
+    before = cluster_state()
+    for name in ("slurm.node.drain", "slurm.node.down"):
+        with pytest.raises(Conflict, match="n3 is held by slurmtower:alice@cli"):
+            run(catalogue, name, {"nodes": "n[3-4]", "reason": "mine now"}, who="bob")
+    assert cluster_state() == before
+    # the owner may re-drain with a new reason
+    run(catalogue, "slurm.node.drain", {"nodes": "n3", "reason": "psu, ordered"}, who="alice")
+    env = run(catalogue, "slurm.node.drain", {"nodes": "n[3-4]", "reason": "rack", "force": True}, who="bob")
+    assert env.result["taken_over"] == ["n3"]
+    assert run(catalogue, "slurm.node.get", {"nodes": "n3"}).result["n3"]["reason_owner"] == "slurmtower:bob@cli"
+
+
 def test_dry_run_changes_nothing_and_is_audited(catalogue: Catalogue, clean_nodes: Any) -> None:
     before = cluster_state()
     for name, params in [("slurm.node.drain", {"nodes": "n[1-4]", "reason": "x"}),

@@ -275,9 +275,32 @@ def node_get(run: Run, p: NodeGetParams) -> dict[str, dict[str, Any]]:
             for n in nodes}
 
 
+def _held_by_others(run: Run, nodes: list[Node]) -> list[Node]:
+    """Nodes out of service by someone else's decision (another tag, or no tag at all)."""
+    me = sanitize_who(run.principal)
+    others = []
+    for node in nodes:
+        if not holds_node(node):
+            continue
+        _text, tag = parse_reason(node.reason)
+        if tag is None or tag.who != me:
+            others.append(node)
+    return others
+
+
+def _refuse(others: list[Node], verb: str) -> Conflict:
+    return Conflict("; ".join(_holder(n) for n in others) + f" — not {verb}; pass force=true to override",
+                    holders={n.name: reason_owner(n) for n in others})
+
+
 def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[str, Any]:
     ns, nodes = _existing(run, p.nodes)
     run.before = node_snapshot(nodes)
+    # Re-draining another owner's node would replace their reason and tag, and so let the
+    # new owner resume it without force: that takeover needs force too.
+    others = _held_by_others(run, nodes)
+    if others and not p.force:
+        raise _refuse(others, "drained" if state == "DRAIN" else "downed")
     reason = tag_reason(p.reason, who=run.principal, via=run.via)
     verb = "drain" if state == "DRAIN" else "down"
     if run.dry_run:
@@ -290,7 +313,7 @@ def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[
     after = run.client.nodes(ns)
     run.after = node_snapshot(after)
     run.stdout.append(f"{verb}: {ns} ({reason})")
-    return {"nodes": str(ns), "state": state, "reason": reason,
+    return {"nodes": str(ns), "state": state, "reason": reason, "taken_over": [n.name for n in others],
             "owner": f"slurmtower:{sanitize_who(run.principal)}@{run.via}",
             "states": {n.name: n.state_text for n in after}}
 
@@ -318,16 +341,10 @@ def node_resume(run: Run, p: NodeResumeParams) -> dict[str, Any]:
     """Resume drained or down nodes; nodes held by another owner need force=true."""
     ns, nodes = _existing(run, p.nodes)
     run.before = node_snapshot(nodes)
-    me = sanitize_who(run.principal)
     held = [n for n in nodes if holds_node(n)]
-    others = []
-    for node in held:
-        _text, tag = parse_reason(node.reason)
-        if tag is None or tag.who != me:
-            others.append(node)
+    others = _held_by_others(run, nodes)
     if others and not p.force:
-        raise Conflict("; ".join(_holder(n) for n in others) + " — not resumed; pass force=true to override",
-                       holders={n.name: reason_owner(n) for n in others})
+        raise _refuse(others, "resumed")
     to_resume = NodeSet([n.name for n in held])
     skipped = ns - to_resume
     result: dict[str, Any] = {"nodes": str(to_resume), "skipped": str(skipped) or None,

@@ -136,6 +136,7 @@ class NodeDrainParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to drain.")
     reason: str = Field(default="slurmtower: Drained using slurm.node.drain action",
                         description="Why; Slurm shows it with slurmtower's owner tag appended.")
+    force: bool = Field(default=False, description="Take over nodes already drained or downed by another owner.")
     _check_reason = field_validator("reason")(_reason)
 
 
@@ -143,6 +144,7 @@ class NodeDownParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to set down.")
     reason: str = Field(default="slurmtower: Downed using slurm.node.down action",
                         description="Why; Slurm shows it with slurmtower's owner tag appended.")
+    force: bool = Field(default=False, description="Take over nodes already drained or downed by another owner.")
     _check_reason = field_validator("reason")(_reason)
 
 
