@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
@@ -16,10 +18,30 @@ from slurmtower.slurm import CliSlurmClient
 
 from .conftest import node_states, sh
 
-with warnings.catch_warnings():
-    # starlette asks for `httpx2` instead of httpx; the client works the same
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
+
+class Http:
+    """A synchronous face over ``httpx.ASGITransport``: requests go straight into the app.
+
+    Unlike starlette's TestClient it does not run the lifespan, so the other route modules'
+    background work (the sensor arms PERM triggers) stays out of these tests.
+    """
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://tower") as http:
+                return await http.request(method, url, **kwargs)
+
+        return asyncio.run(go())
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
 
 pytestmark = pytest.mark.cluster
 
@@ -31,16 +53,15 @@ def auth(role: str) -> dict[str, str]:
 
 
 @pytest.fixture()
-def http(settings: Settings, client: CliSlurmClient) -> Iterator[TestClient]:
+def http(settings: Settings, client: CliSlurmClient) -> Iterator[Http]:
     settings.auth.tokens = [TokenEntry(name=f"{role}-bot", role=role, sha256=hash_token(tok))  # type: ignore[arg-type]
                             for role, tok in TOKENS.items()]
     settings.auth.trigger_program_allowlist = ["/bin/echo"]
     app = create_app(services=Services(settings=settings, client=client))
-    with TestClient(app) as tc:
-        yield tc
+    yield Http(app)
 
 
-def test_catalogue_lists_json_schemas(http: TestClient) -> None:
+def test_catalogue_lists_json_schemas(http: Http) -> None:
     assert http.get("/actions").status_code == 401
     resp = http.get("/actions", headers=auth("reader"))
     assert resp.status_code == 200
@@ -52,7 +73,7 @@ def test_catalogue_lists_json_schemas(http: TestClient) -> None:
     assert actions["slurm.trigger.set"]["permission"] == "admin"
 
 
-def test_roles_401_403_200_and_audit_names_the_token(http: TestClient, clean_nodes: Any) -> None:
+def test_roles_401_403_200_and_audit_names_the_token(http: Http, clean_nodes: Any) -> None:
     body = {"nodes": "n[1-2]", "reason": "psu swap"}
     before = node_states()
     assert http.post("/actions/slurm.node.drain", json=body).status_code == 401
@@ -78,7 +99,7 @@ def test_roles_401_403_200_and_audit_names_the_token(http: TestClient, clean_nod
     assert resumed.status_code == 200 and resumed.json()["status"] == "succeeded"
 
 
-def test_read_action_needs_only_reader(http: TestClient) -> None:
+def test_read_action_needs_only_reader(http: Http) -> None:
     resp = http.post("/actions/slurm.node.get", json={"nodes": "n3"}, headers=auth("reader"))
     assert resp.status_code == 200 and list(resp.json()["result"]) == ["n3"]
 
@@ -94,7 +115,7 @@ def test_read_action_needs_only_reader(http: TestClient) -> None:
     ("slurm.node.update", {"nodes": "n1", "infos": {"cpus": 1}}, 400, "infos"),
 ], ids=["unknown-action", "unknown-param", "wrong-type", "malformed-nodeset", "unknown-node", "empty-reason",
         "bad-flag", "not-updatable"])
-def test_bad_input_is_a_4xx_problem_and_changes_nothing(http: TestClient, name: str, body: dict[str, Any],
+def test_bad_input_is_a_4xx_problem_and_changes_nothing(http: Http, name: str, body: dict[str, Any],
                                                        status: int, param: str) -> None:
     before = node_states(), sh("scontrol", "-o", "show", "reservation", check=False)
     resp = http.post(f"/actions/{name}", json=body, headers=auth("operator"))
@@ -104,7 +125,7 @@ def test_bad_input_is_a_4xx_problem_and_changes_nothing(http: TestClient, name: 
     assert (node_states(), sh("scontrol", "-o", "show", "reservation", check=False)) == before
 
 
-def test_triggers_need_admin_and_an_allowed_program(http: TestClient) -> None:
+def test_triggers_need_admin_and_an_allowed_program(http: Http) -> None:
     body = {"program": "/bin/echo api-test", "event": "down", "dry_run": True}
     assert http.post("/actions/slurm.trigger.set", json=body, headers=auth("operator")).status_code == 403
     bad = http.post("/actions/slurm.trigger.set", json={**body, "program": "/bin/sh -c id"}, headers=auth("admin"))
@@ -113,11 +134,11 @@ def test_triggers_need_admin_and_an_allowed_program(http: TestClient) -> None:
     assert ok.status_code == 200 and ok.json()["dry_run"] is True
 
 
-def test_unknown_execution_404(http: TestClient) -> None:
+def test_unknown_execution_404(http: Http) -> None:
     assert http.get("/executions/nope", headers=auth("reader")).status_code == 404
 
 
-def test_audit_keyset_pagination(http: TestClient) -> None:
+def test_audit_keyset_pagination(http: Http) -> None:
     for _ in range(3):
         http.post("/actions/slurm.node.drain?dry_run=true", json={"nodes": "n1"}, headers=auth("operator"))
     page = http.get("/audit?limit=2", headers=auth("reader")).json()
