@@ -78,8 +78,10 @@ def actions_list(ctx: typer.Context, output: OutputOpt = "text") -> None:
     from slurmtower.actions import REGISTRY
 
     _check_output(output, ("text", "json", "yaml"))
-    rows: list[dict[str, Any]] = [{"name": s.name, "description": s.description, "mutating": s.mutating, "permission": s.permission}
-            for s in (REGISTRY[n] for n in sorted(REGISTRY))]
+    rows: list[dict[str, Any]] = [
+        {"name": s.name, "description": s.description, "mutating": s.mutating, "permission": s.permission}
+        for s in (REGISTRY[n] for n in sorted(REGISTRY))
+    ]
     if output != "text":
         typer.echo(_dump(rows, output))
         return
