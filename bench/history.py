@@ -128,8 +128,13 @@ def _table_rows(cur: Any, table: str) -> int:
     return int(cur.fetchone()[0])
 
 
-def generate(url: str, cluster: str, rows: int) -> None:
-    """Create the scratch schema and load ``rows`` job rows (reused when already there)."""
+def generate(url: str, cluster: str, rows: int, *, slurmdbd: bool = False) -> None:
+    """Create the scratch schema and load ``rows`` job rows (reused when already there).
+
+    With ``slurmdbd`` the database is slurmdbd's own and the cluster was registered with
+    ``sacctmgr add cluster`` (so slurmdbd created its tables): only that cluster's job table
+    is emptied and filled; no table is created or dropped.
+    """
     database = make_url(url).database
     assert database, "the URL must name a database"
     server = _connect(url, None)
@@ -145,6 +150,9 @@ def generate(url: str, cluster: str, rows: int) -> None:
     if have >= 0:
         print(f"{database}.{job_table} holds {have:,} rows, want {rows:,}: rebuilding")
     ddl = SCHEMA.read_text().replace("`tc_", f"`{cluster}_")
+    if slurmdbd:
+        ddl = ""
+        cur.execute(f"TRUNCATE TABLE `{job_table}`")
     for stmt in [s for s in re.split(r";\s*\n", ddl) if "CREATE TABLE" in s]:
         name = re.search(r"CREATE TABLE `([^`]+)`", stmt)
         assert name
@@ -152,21 +160,24 @@ def generate(url: str, cluster: str, rows: int) -> None:
         cur.execute(stmt)
     now = int(time.time())
     # Associations: root account, one per account, then one or two per user.
-    assoc_rows = [(1, "", "root", "", 1, 2)]
-    for a in range(7):
+    assoc_rows = [] if slurmdbd else [(1, "", "root", "", 1, 2)]
+    for a in range(7 if not slurmdbd else 0):
         assoc_rows.append((2 + a, "", f"acct{a}", "root", 1, 2))
-    for ui, _uid in enumerate(USERS):
+    for ui, _uid in enumerate(USERS if not slurmdbd else []):
         for second in (False, True):
             assoc_rows.append((_assoc_id(ui, second), f"user{ui}", _accounts(ui)[second], "", 1, 2))
+    if slurmdbd:
+        assoc_rows = []
     cur.executemany(
         f"INSERT INTO `{cluster}_assoc_table` (creation_time, mod_time, id_assoc, user, acct, parent_acct, "
         "lft, rgt, is_def) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [(now, now, i, u, a, p, lft, rgt, 0 if i % 2 else 1) for i, u, a, p, lft, rgt in assoc_rows],
     )
-    cur.executemany(
-        "INSERT INTO user_table (creation_time, mod_time, name, admin_level) VALUES (%s, %s, %s, 1)",
-        [(now, now, f"user{ui}") for ui in range(len(USERS))],
-    )
+    if not slurmdbd:
+        cur.executemany(
+            "INSERT INTO user_table (creation_time, mod_time, name, admin_level) VALUES (%s, %s, %s, 1)",
+            [(now, now, f"user{ui}") for ui in range(len(USERS))],
+        )
     rng = random.Random(42)
     t0 = now - 365 * 86400
     step = 365 * 86400 / rows
@@ -283,10 +294,29 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15, help="timed runs per cell (OFFSET cells: a third)")
     ap.add_argument("--deep", type=int, default=500_000, help="depth of the deep pages")
     ap.add_argument("--generate-only", action="store_true")
+    ap.add_argument(
+        "--devcluster",
+        action="store_true",
+        help="load the rows into the local devcluster's slurmdbd database as an extra cluster "
+        "(sacctmgr add cluster), so that sacct --json answers the same questions on the same rows",
+    )
     args = ap.parse_args()
+    if args.devcluster:
+        from slurmtower.devcluster import DevCluster
+
+        dc = DevCluster(log=lambda _m: None)
+        dc.up()
+        os.environ["SLURM_CONF"] = str(dc.slurm_conf)
+        sacct_cluster = sacct_cluster or "bench1m"
+        args.cluster = sacct_cluster
+        args.url = f"mysql+pymysql://root@localhost/{dc.db_name}?unix_socket=/run/mysqld/mysqld.sock"
+        have = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        if sacct_cluster not in have:
+            subprocess.run(["sacctmgr", "-i", "add", "cluster", sacct_cluster], capture_output=True, check=True)
 
     t = time.monotonic()
-    generate(args.url, args.cluster, args.rows)
+    generate(args.url, args.cluster, args.rows, slurmdbd=args.devcluster)
     print(f"data ready in {time.monotonic() - t:.0f} s")
     if args.generate_only:
         return 0
@@ -321,6 +351,9 @@ def main() -> int:
             deep_q = parse_history_query(f"{qs}{sep}cursor={offset_page.next_cursor}")
             deep_s = _timed(lambda q=deep_q: db.history(q), args.reps)  # type: ignore[misc]
         sacct_cell, ratio = "skipped", "-"
+        if args.devcluster:
+            # the generated users have no passwd entry here: give sacct their uids
+            sacct_args = [{"user0": "1000", "user49": "1049"}.get(a, a) for a in sacct_args]
         if sacct and sacct_cluster:
             page = db.history(first_q)
             if page.jobs and (label != "associd (4 %)") and "jobid" not in label:
