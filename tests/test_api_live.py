@@ -278,7 +278,7 @@ def test_slurmctld_stopped_gives_503_or_stale_within_the_bound(devcluster: DevCl
         os.kill(_ctld_pid(devcluster), signal.SIGTERM)
         try:
             wait_for(lambda: "DOWN" in sh("scontrol", "ping", check=False), 20, what="slurmctld to stop")
-            time.sleep(0.6)
+            time.sleep(2 * settings.api.refresh_interval + 0.1)  # past the refresh-ahead window
             start = time.monotonic()
             resp = strict.get("/nodes")
             took = time.monotonic() - start

@@ -25,6 +25,7 @@ browser tricked into posting to slurmtower carries no authority (CSRF).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -315,7 +316,7 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
     classification test can read each route's declared permission.
     """
 
-    def dependency(request: Request) -> Principal:
+    def check(request: Request) -> Principal:
         if perm == Perm.PUBLIC:
             # Public routes never fail on credentials (a stale cookie must not break /health).
             try:
@@ -332,6 +333,13 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
             raise PermissionDenied(f"{principal.name} ({principal.role}) may not do this: needs "
                                    f"{perm.name.lower()}")
         return principal
+
+    async def dependency(request: Request) -> Principal:
+        # Without credentials nothing can block: answer on the event loop, since a thread hop
+        # per request halves the throughput of cached reads. Credentials may need a JWKS fetch.
+        if "authorization" not in request.headers and "cookie" not in request.headers:
+            return check(request)
+        return await asyncio.to_thread(check, request)
 
     dependency.__slurmtower_perm__ = perm  # type: ignore[attr-defined]
     return Depends(dependency)

@@ -32,6 +32,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default: api.port).")] = None,
     workers: Annotated[int | None, typer.Option(min=1,
                                                 help="Worker processes (default: api.workers).")] = None,
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log",
+                                             help="Log every request (costs throughput).")] = True,
 ) -> None:
     """Run the REST API service."""
     import uvicorn
@@ -52,6 +54,8 @@ def serve(
         if config is not None:
             os.environ["SLURMTOWER_CONFIG"] = str(config)
         uvicorn.run("slurmtower.cli.api:app_factory", factory=True, host=settings.api.host,
-                    port=settings.api.port, workers=settings.api.workers, log_level="info")
+                    port=settings.api.port, workers=settings.api.workers, log_level="info",
+                    access_log=access_log)
         return
-    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")
+    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info",
+                access_log=access_log)

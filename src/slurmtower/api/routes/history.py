@@ -16,16 +16,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, FastAPI, Request
 
 from slurmtower.accounting import AccountingDB, HistoryQuery, parse_history_query
-from slurmtower.api.cache import strict_query
+from slurmtower.api.cache import services_of, strict_query
 from slurmtower.api.security import Perm, require
-from slurmtower.api.services import Services, get_services
+from slurmtower.api.services import Services
 from slurmtower.errors import AccountingUnavailable, ConfigError, InvalidInput
 from slurmtower.models.accounting import AccountingUser, HistoryPage
 
 __all__ = ["accounting_db", "router", "setup", "shutdown"]
 
 router = APIRouter(tags=["accounting"])
-ServicesDep = Annotated[Services, Depends(get_services)]
+ServicesDep = Annotated[Services, Depends(services_of)]
 _lock = threading.Lock()
 # User, account and partition names Slurm accepts (POSIX-ish names; '@' for LDAP domains).
 # Anything else (quotes, spaces, SQL) is refused rather than looked up.

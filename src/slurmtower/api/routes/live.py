@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
-from slurmtower.api.cache import SnapshotCache, respond, shared_cache, strict_query
+from slurmtower.api.cache import FastReads, SnapshotCache, respond, services_of, shared_cache, strict_query
 from slurmtower.api.security import Perm, require
-from slurmtower.api.services import Services, get_services
+from slurmtower.api.services import Services
 from slurmtower.models import ControllerStats, Job, JobState, Node, Partition
 from slurmtower.nodeset import NodeSet
 
@@ -41,7 +41,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
-ServicesDep = Annotated[Services, Depends(get_services)]
+ServicesDep = Annotated[Services, Depends(services_of)]
 
 
 # -- documented shapes ------------------------------------------------------------------
@@ -223,8 +223,20 @@ def build_usage(nodes: list[Node], jobs: list[Job], partitions: list[Partition],
 
 
 # -- routes -----------------------------------------------------------------------------------
-def setup(services: Services, _app: FastAPI) -> None:
-    shared_cache(services)
+#: path -> (view, the snapshots it is built from), for the cached fast path.
+FAST_VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "/queue": ("queue", ("jobs",)),
+    "/nodes": ("nodes", ("nodes",)),
+    "/partitions": ("partitions", ("partitions",)),
+    "/stats": ("stats", ("stats",)),
+    "/usage": ("usage", ("nodes", "jobs", "partitions")),
+}
+_READ = require(Perm.READ)
+
+
+def setup(services: Services, app: FastAPI) -> None:
+    cache = shared_cache(services)
+    app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency)
 
 
 def _cache(services: Services) -> SnapshotCache:
@@ -254,7 +266,7 @@ def _stats(stats: ControllerStats) -> dict[str, Any]:
     return {"stats": stats}
 
 
-@router.get("/queue", dependencies=[require(Perm.READ)], response_model=None,
+@router.get("/queue", dependencies=[_READ], response_model=None,
             responses={200: {"model": QueueResponse}})
 async def queue(request: Request, services: ServicesDep) -> Response:
     """The job queue: every job slurmctld holds (pending, running, recently finished)."""
@@ -264,7 +276,7 @@ async def queue(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("queue", [snap], _queue, _hidden(services)))
 
 
-@router.get("/nodes", dependencies=[require(Perm.READ)], response_model=None,
+@router.get("/nodes", dependencies=[_READ], response_model=None,
             responses={200: {"model": NodesResponse}})
 async def nodes(request: Request, services: ServicesDep) -> Response:
     """Every node with its state, flags, CPUs and memory."""
@@ -274,7 +286,7 @@ async def nodes(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("nodes", [snap], _nodes, _hidden(services)))
 
 
-@router.get("/partitions", dependencies=[require(Perm.READ)], response_model=None,
+@router.get("/partitions", dependencies=[_READ], response_model=None,
             responses={200: {"model": PartitionsResponse}})
 async def partitions(request: Request, services: ServicesDep) -> Response:
     """Every partition with its nodes and limits."""
@@ -284,7 +296,7 @@ async def partitions(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("partitions", [snap], _partitions, _hidden(services)))
 
 
-@router.get("/stats", dependencies=[require(Perm.READ)], response_model=None,
+@router.get("/stats", dependencies=[_READ], response_model=None,
             responses={200: {"model": StatsResponse}})
 async def stats(request: Request, services: ServicesDep) -> Response:
     """slurmctld statistics (sdiag): scheduler cycles, job counters, RPCs by type and user."""
@@ -294,7 +306,7 @@ async def stats(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("stats", [snap], _stats))
 
 
-@router.get("/usage", dependencies=[require(Perm.READ)], response_model=None,
+@router.get("/usage", dependencies=[_READ], response_model=None,
             responses={200: {"model": UsageResponse}})
 async def usage(request: Request, services: ServicesDep) -> Response:
     """For each partition, its nodes and the CPUs and memory its running jobs use, with totals."""

@@ -48,10 +48,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlalchemy.pool import StaticPool
 
-from slurmtower.api.cache import SnapshotCache, shared_cache, strict_query
+from slurmtower.api.cache import SnapshotCache, services_of, shared_cache, strict_query
 from slurmtower.api.routes.live import build_usage, visible_jobs, visible_nodes
 from slurmtower.api.security import Perm, require
-from slurmtower.api.services import BackgroundTask, Services, get_services
+from slurmtower.api.services import BackgroundTask, Services
 from slurmtower.errors import ConfigError, InvalidInput, SlurmUnavailable
 from slurmtower.models import Job, JobState, Node, Partition
 
@@ -59,7 +59,7 @@ __all__ = ["LoadArchive", "LoadResponse", "LoadSample", "router", "setup"]
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
-ServicesDep = Annotated[Services, Depends(get_services)]
+ServicesDep = Annotated[Services, Depends(services_of)]
 
 _MAX_SAMPLES = 100_000
 _DIGITS = re.compile(r"[0-9]{1,12}")
