@@ -57,20 +57,36 @@ def api(settings: Settings, sample_jobs: SampleJobs) -> Iterator[httpx.Client]:
 
 
 def sacct_jobs() -> dict[int, dict[str, str]]:
-    """Every job of the cluster as sacct reports it, by job id."""
+    """Every job of the cluster as sacct reports it, by job id (asked by id, in chunks)."""
     # The newest id: from squeue (held jobs) and sacct (finished ones); ids only grow.
     out = sh("squeue", "-h", "-t", "all", "-o", "%A") + sh(
         "sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-E", "now", "-o", "JobIDRaw")
     max_id = max([0, *(int(x) for x in out.split() if x.isdigit())])
-    want = ",".join(str(i) for i in range(max(1, max_id - 400), max_id + 3))
     fields = ["JobIDRaw", "User", "Partition", "JobName", "State", "ExitCode", "Submit", "Start", "End",
               "AssocID", "Account"]
-    out = sh("sacct", "-a", "-X", "-n", "-P", "-o", ",".join(fields), "-j", want)
     jobs: dict[int, dict[str, str]] = {}
-    for line in out.splitlines():
-        row = dict(zip(fields, line.split("|"), strict=True))
-        jobs[int(row["JobIDRaw"])] = row
+    for first in range(1, max_id + 3, 1000):
+        want = ",".join(str(i) for i in range(first, min(first + 1000, max_id + 3)))
+        out = sh("sacct", "-a", "-X", "-n", "-P", "-o", ",".join(fields), "-j", want, timeout=120)
+        for line in out.splitlines():
+            row = dict(zip(fields, line.split("|"), strict=True))
+            jobs[int(row["JobIDRaw"])] = row
     return jobs
+
+
+def all_ids(http: httpx.Client, url: str) -> list[int]:
+    """Every job id /history answers for ``url``, following the cursor."""
+    sep = "&" if "?" in url else "?"
+    got: list[int] = []
+    page = f"{url}{sep}limit=1000"
+    while True:
+        resp = http.get(page)
+        assert resp.status_code == 200, (page, resp.text)
+        body = resp.json()
+        got += ids(body)
+        if body["next_cursor"] is None:
+            return got
+        page = f"{url}{sep}limit=1000&cursor={body['next_cursor']}"
 
 
 def ids(body: dict[str, Any]) -> list[int]:
@@ -95,16 +111,12 @@ def check_page(http: httpx.Client, url: str, want: set[int], limit: int = 10, of
     page = resp.json()["jobs"]
     inx = [j["job_db_inx"] for j in page]
     assert inx == sorted(inx, reverse=True), url
-    full = http.get(_with_limit(url, 1000)).json()["jobs"]
-    assert {j["job_id"] for j in full} == want, url
-    assert [j["job_id"] for j in page] == [j["job_id"] for j in full][offset:offset + limit], url
-    return [j["job_id"] for j in page]
-
-
-def _with_limit(url: str, limit: int) -> str:
     path, _, query = url.partition("?")
     terms = [t for t in query.split("&") if t and not t.startswith(("limit=", "offset="))]
-    return f"{path}?{'&'.join([*terms, f'limit={limit}'])}"
+    full = all_ids(http, f"{path}?{'&'.join(terms)}" if terms else path)
+    assert set(full) == want and len(full) == len(want), url
+    assert [j["job_id"] for j in page] == full[offset:offset + limit], url
+    return [j["job_id"] for j in page]
 
 
 def test_seed_history_urls_match_sacct(api: httpx.Client, sample_jobs: SampleJobs) -> None:
@@ -146,9 +158,8 @@ def test_each_jobid_comparator_matches_sacct(api: httpx.Client, sample_jobs: Sam
     rows = sacct_jobs()
     pivot = sample_jobs.failed
     check = {"=": int.__eq__, ">": int.__gt__, "<": int.__lt__, ">=": int.__ge__, "<=": int.__le__}[op]
-    resp = api.get(f"/history?jobid{op}{pivot}&limit=1000")
-    assert resp.status_code == 200, resp.text
-    assert ids(resp.json()) == newest(rows, lambda r: check(int(r["JobIDRaw"]), pivot), limit=1000)
+    assert all_ids(api, f"/history?jobid{op}{pivot}") == newest(
+        rows, lambda r: check(int(r["JobIDRaw"]), pivot), limit=10**9)
 
 
 def test_jobid_range_and_url_encoded_comparators(api: httpx.Client, sample_jobs: SampleJobs) -> None:
@@ -160,37 +171,35 @@ def test_jobid_range_and_url_encoded_comparators(api: httpx.Client, sample_jobs:
 @pytest.mark.parametrize("state", ["5", "FAILED", "failed", "JOB_FAILED"])
 def test_state_by_number_or_name(api: httpx.Client, sample_jobs: SampleJobs, state: str) -> None:
     rows = sacct_jobs()
-    got = ids(api.get(f"/history?state={state}&limit=1000").json())
+    got = all_ids(api, f"/history?state={state}")
     assert sample_jobs.failed in got
     assert set(got) == matching(rows, lambda r: r["State"] == "FAILED")
 
 
 def test_state_zero_is_pending_and_eleven_is_out_of_memory(api: httpx.Client, sample_jobs: SampleJobs) -> None:
     rows = sacct_jobs()
-    pending = ids(api.get("/history?state=0&limit=1000").json())
+    pending = all_ids(api, "/history?state=0")
     assert sample_jobs.pending in pending
     assert set(pending) == matching(rows, lambda r: r["State"] == "PENDING")
-    oom = api.get("/history?state=11&limit=1000")
-    assert oom.status_code == 200
-    assert set(ids(oom.json())) == matching(rows, lambda r: r["State"] == "OUT_OF_MEMORY")
+    assert set(all_ids(api, "/history?state=11")) == matching(rows, lambda r: r["State"] == "OUT_OF_MEMORY")
 
 
 def test_filters_combine(api: httpx.Client, sample_jobs: SampleJobs) -> None:
     rows = sacct_jobs()
-    got = ids(api.get(f"/history?user=bob&partition=debug&jobid>={sample_jobs.completed}&limit=1000").json())
+    got = all_ids(api, f"/history?user=bob&partition=debug&jobid>={sample_jobs.completed}")
     want = newest(rows, lambda r: r["User"] == "bob" and r["Partition"] == "debug"
-                  and int(r["JobIDRaw"]) >= sample_jobs.completed, limit=1000)
+                  and int(r["JobIDRaw"]) >= sample_jobs.completed, limit=10**9)
     assert got == want and sample_jobs.failed in got and sample_jobs.cancelled in got
-    assert set(ids(api.get("/history?user=bob&state=FAILED&jobname=sample-fail&limit=1000").json())) == matching(
+    assert set(all_ids(api, "/history?user=bob&state=FAILED&jobname=sample-fail")) == matching(
         rows, lambda r: r["User"] == "bob" and r["State"] == "FAILED" and r["JobName"] == "sample-fail")
 
 
 def test_associd_and_account_filters(api: httpx.Client, sample_jobs: SampleJobs) -> None:
     rows = sacct_jobs()
     assoc = int(rows[sample_jobs.failed]["AssocID"])
-    assert set(ids(api.get(f"/history?associd={assoc}&limit=1000").json())) == matching(
+    assert set(all_ids(api, f"/history?associd={assoc}")) == matching(
         rows, lambda r: r["AssocID"] == str(assoc))
-    assert set(ids(api.get("/history?account=chemistry&limit=1000").json())) == matching(
+    assert set(all_ids(api, "/history?account=chemistry")) == matching(
         rows, lambda r: r["Account"] == "chemistry")
 
 
@@ -198,36 +207,38 @@ def test_time_range_filters(api: httpx.Client, sample_jobs: SampleJobs) -> None:
     rows = sacct_jobs()
     submit = rows[sample_jobs.failed]["Submit"]
     t = datetime.fromisoformat(submit).astimezone().isoformat()
-    got = ids(api.get(f"/history?submitted_after={t.replace('+', '%2B')}&limit=1000").json())
+    got = all_ids(api, f"/history?submitted_after={t.replace('+', '%2B')}")
     assert set(got) == matching(rows, lambda r: r["Submit"] >= submit)
-    before = ids(api.get(f"/history?submitted_before={t.replace('+', '%2B')}&limit=1000").json())
+    before = all_ids(api, f"/history?submitted_before={t.replace('+', '%2B')}")
     assert set(before) == matching(rows, lambda r: r["Submit"] < submit)
-    ended = ids(api.get("/history?ended_after=2000-01-01T00:00:00&limit=1000").json())
+    ended = all_ids(api, "/history?ended_after=2000-01-01T00:00:00")
     assert sample_jobs.failed in ended and sample_jobs.running not in ended and sample_jobs.pending not in ended
-    started = ids(api.get("/history?started_after=2000-01-01&limit=1000").json())
+    started = all_ids(api, "/history?started_after=2000-01-01")
     assert sample_jobs.running in started and sample_jobs.pending not in started
 
 
 def test_cursor_pages_through_everything_once(api: httpx.Client, sample_jobs: SampleJobs) -> None:
     rows = sacct_jobs()
     seen: list[int] = []
-    url = "/history?limit=2"
-    for _ in range(1000):
+    url = "/history?limit=50"
+    while True:
         body = api.get(url).json()
         seen += ids(body)
         if body["next_cursor"] is None:
             break
-        url = f"/history?limit=2&cursor={body['next_cursor']}"
+        url = f"/history?limit=50&cursor={body['next_cursor']}"
     assert sorted(seen) == sorted(rows)
     jobid_pages: list[int] = []
-    url = f"/history?jobid<={sample_jobs.running}&limit=2"
+    span = f"jobid>={sample_jobs.timeout}&jobid<={sample_jobs.running}"
+    url = f"/history?{span}&limit=2"
     while True:
         body = api.get(url).json()
         jobid_pages += ids(body)
         if body["next_cursor"] is None:
             break
-        url = f"/history?jobid<={sample_jobs.running}&limit=2&cursor={body['next_cursor']}"
-    assert jobid_pages == newest(rows, lambda r: int(r["JobIDRaw"]) <= sample_jobs.running, limit=10_000)
+        url = f"/history?{span}&limit=2&cursor={body['next_cursor']}"
+    assert jobid_pages == newest(rows, lambda r: sample_jobs.timeout <= int(r["JobIDRaw"]) <= sample_jobs.running,
+                                 limit=10**9)
 
 
 @pytest.mark.parametrize(("url", "param"), [
@@ -279,7 +290,7 @@ def test_users_lists_associations_like_sacctmgr(api: httpx.Client) -> None:
 def test_hidden_partitions_never_show_in_history(settings: Settings, sample_jobs: SampleJobs) -> None:
     settings.api.hidden_partitions = ["short"]
     with api_for(settings) as http:
-        everything = ids(http.get("/history?limit=1000").json())
+        everything = all_ids(http, "/history")
         assert sample_jobs.timeout not in everything and sample_jobs.failed in everything
         assert http.get("/history?partition=short").json()["jobs"] == []
         assert http.get(f"/history?jobid={sample_jobs.timeout}").json()["jobs"] == []
@@ -300,3 +311,17 @@ def test_database_down_gives_503_while_live_routes_work(settings: Settings, samp
         assert http.get("/users").status_code == 503
         assert http.get("/queue").status_code == 200
         assert http.get("/nodes").status_code == 200
+
+
+def test_users_hide_associations_of_hidden_partitions(settings: Settings, devcluster: DevCluster) -> None:
+    have = sh("sacctmgr", "-n", "-P", "show", "assoc", "where", "user=alice", "format=partition")
+    if "short" not in have.split():
+        sh("sacctmgr", "-i", "add", "user", "alice", "account=physics", "partition=short")
+    with api_for(settings) as http:
+        (alice,) = http.get("/users?name=alice").json()
+        assert "short" in {a["partition"] for a in alice["associations"]}
+    settings.api.hidden_partitions = ["short"]
+    with api_for(settings) as http:
+        (alice,) = http.get("/users?name=alice").json()
+    assert "short" not in {a["partition"] for a in alice["associations"]}
+    assert {a["account"] for a in alice["associations"]} == {"physics"}

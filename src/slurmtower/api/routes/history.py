@@ -104,8 +104,15 @@ async def users(request: Request, services: ServicesDep) -> list[AccountingUser]
         raise InvalidInput(f"name is not a valid user name: {name[:60]!r}", param="name")
     timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
 
+    hidden = set(services.settings.api.hidden_partitions)
+
     def read() -> list[AccountingUser]:
-        return accounting_db(services).users(name)
+        found = accounting_db(services).users(name)
+        if not hidden:
+            return found
+        # associations limited to a hidden partition are hidden like the partition itself
+        return [u.model_copy(update={"associations": [a for a in u.associations if a.partition not in hidden]})
+                for u in found]
 
     try:
         return await asyncio.wait_for(asyncio.to_thread(read), timeout + 2)
