@@ -117,12 +117,12 @@ def clean_nodes(devcluster: DevCluster) -> Iterator[DevCluster]:
     restore_all_nodes(devcluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sample_jobs(devcluster: DevCluster) -> Iterator[dict[str, int]]:
     """The devcluster's sample jobs (COMPLETED, FAILED, CANCELLED, TIMEOUT, PENDING, RUNNING).
 
     The TIMEOUT job needs 60-90 s to end; the RUNNING and PENDING ones are cancelled at the
-    end of the session.
+    end of the module (a running job would turn other tests' drained nodes into draining ones).
     """
     jobs = devcluster.submit_sample_jobs().as_dict()
     yield jobs
