@@ -36,7 +36,21 @@ def devcluster() -> Iterator[DevCluster]:
     cluster.up()
     os.environ["SLURM_CONF"] = str(cluster.slurm_conf)
     os.environ["SLURMTOWER_CONFIG"] = str(cluster.tower_conf)
+    _start_clean(cluster)
     yield cluster
+
+
+def _start_clean(cluster: DevCluster) -> None:
+    """The suite owns the devcluster: no jobs or reservations left from an earlier run."""
+    jobs = sh("squeue", "-h", "-o", "%A").split()
+    if jobs:
+        subprocess.run(["scancel", *jobs], capture_output=True, check=False)
+    for line in sh("scontrol", "-o", "show", "reservation", check=False).splitlines():
+        if line.startswith("ReservationName="):
+            name = line.split()[0].split("=", 1)[1]
+            subprocess.run(["scontrol", "delete", f"reservationname={name}"], capture_output=True, check=False)
+    restore_all_nodes(cluster)
+    wait_for(lambda: not sh("squeue", "-h", "-t", "R,CG", "-o", "%A").split(), 60, what="old jobs to end")
 
 
 @pytest.fixture(scope="session")
