@@ -210,3 +210,13 @@ def test_slurmctld_stopped_is_unavailable_not_a_bad_request(devcluster: DevClust
     finally:
         devcluster.up()
     assert CliSlurmClient(CommandRunner(env={"SLURM_CONF": str(devcluster.slurm_conf)})).ping()
+
+
+def test_fail_state_with_reason_and_undrain(client: CliSlurmClient, clean_nodes: DevCluster) -> None:
+    client.update_nodes(parse_nodeset("n4"), state="FAIL", reason="st-client flaky")
+    n4 = client.nodes(parse_nodeset("n4"))[0]
+    assert NodeFlag.FAIL in n4.flags and n4.reason == "st-client flaky"
+    client.resume(parse_nodeset("n4"))
+    wait_for(lambda: "FAIL" not in node_states()["n4"], 10, what="n4 out of FAIL")
+    client.undrain(parse_nodeset("n3"))  # accepted on a node that is not drained
+    assert "DRAIN" not in node_states()["n3"]
