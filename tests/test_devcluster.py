@@ -64,3 +64,26 @@ def test_sample_jobs_end_in_each_state(sample_jobs: dict[str, int]) -> None:
     wait_for(states, 150, 2, what="sample jobs to reach their final states")
     out = sh("sacct", "-n", "-P", "-X", "-j", str(sample_jobs["failed"]), "-o", "ExitCode")
     assert out.strip() == "3:0"
+
+
+@pytest.mark.slow
+def test_a_second_cluster_with_its_own_mariadb_runs_beside_the_first(devcluster: DevCluster) -> None:
+    """Where no MariaDB should be shared, the devcluster starts its own (and stops only it)."""
+    from pathlib import Path
+
+    root = Path("/var/lib/slurmtower/dc-test-own")
+    other = DevCluster(root=root, cluster_name="dcown", port_base=31900, log=lambda _m: None)
+    try:
+        other.up(fresh=not other.is_up(), own_mariadb=True)
+        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(other.slurm_conf)}
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, env=env,
+                             check=True).stdout
+        assert sorted({line.split()[0] for line in out.splitlines()}) == ["n1", "n2", "n3", "n4"]
+        mariadb_pid = int((other.run_dir / "mariadbd.pid").read_text())
+        assert f"--datadir={root}/mysql" in Path(f"/proc/{mariadb_pid}/cmdline").read_text().replace("\0", " ")
+        assert devcluster.is_up()  # the first cluster is untouched
+    finally:
+        other.down()
+    assert not other.is_up()
+    assert devcluster.is_up()
+    assert subprocess.run(["mariadb-admin", "ping"], capture_output=True, check=False).returncode == 0

@@ -534,11 +534,17 @@ serve_index = true
         if proc.returncode != 0:
             raise DevClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
 
-    def _background(self, argv: list[str], *, pidfile: Path | None, log: Path, env: dict[str, str]) -> None:
-        """Start a foreground-only daemon detached from us (start-stop-daemon, from dpkg)."""
-        ssd = ["start-stop-daemon", "--start", "--background", "--no-close", "--exec", argv[0]]
-        if pidfile is not None:
-            ssd += ["--make-pidfile", "--pidfile", str(pidfile)]
+    def _background(self, argv: list[str], *, pidfile: Path, log: Path, env: dict[str, str],
+                    make_pidfile: bool = True) -> None:
+        """Start a foreground-only daemon detached from us (start-stop-daemon, from dpkg).
+
+        ``pidfile`` identifies *our* instance (another one of the same binary may run);
+        ``make_pidfile=False`` when the daemon writes it itself.
+        """
+        ssd = ["start-stop-daemon", "--start", "--background", "--no-close", "--exec", argv[0],
+               "--pidfile", str(pidfile)]
+        if make_pidfile:
+            ssd.append("--make-pidfile")
         with open(log, "ab") as out:
             proc = subprocess.run(  # noqa: S603
                 [*ssd, "--", *argv[1:]], env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
@@ -592,7 +598,8 @@ serve_index = true
                     ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
                      f"--port={self.own_mariadb_port}", "--bind-address=127.0.0.1", "--user=mysql",
                      f"--pid-file={self.run_dir}/mariadbd.pid", "--innodb-buffer-pool-size=256M"],
-                    pidfile=None, log=self.log_dir / "mariadbd.log", env=self.slurm_env(),
+                    pidfile=self.run_dir / "mariadbd.pid", make_pidfile=False, log=self.log_dir / "mariadbd.log",
+                    env=self.slurm_env(),
                 )
                 _wait("mariadbd", lambda: sock.exists() and _port_open(self.own_mariadb_port), 60)
         sec = self._secrets()
