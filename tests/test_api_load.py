@@ -49,7 +49,8 @@ def test_two_workers_sharing_a_store_run_one_archiver(settings: Settings) -> Non
     with running(create_app(first)) as a, running(create_app(second)) as b:
         time.sleep(3.2)
         samples = a.get("/load?time=30").json()["samples"]
-        assert b.get("/load?time=30").json()["samples"] == samples
+        seen_by_b = b.get("/load?time=30").json()["samples"]
+        assert seen_by_b[:len(samples)] == samples  # one store: both see the same samples
     holders = {s["archiver"] for s in samples}
     assert len(holders) == 1
     # one sample per 0.5 s from one archiver: about 7, never the ~14 of two
