@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -26,16 +25,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
-    event,
     insert,
     select,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
-from slurmtower.errors import ConfigError, InvalidInput, SlurmtowerError
+from slurmtower.errors import InvalidInput, SlurmtowerError
+from slurmtower.storage import make_store_engine
 
 __all__ = ["ActionStore", "StoreError"]
 
@@ -98,24 +95,7 @@ class ActionStore:
     """
 
     def __init__(self, url: str) -> None:
-        try:
-            parsed = make_url(url)
-        except Exception as exc:  # ArgumentError / ValueError for malformed URLs
-            raise ConfigError(f"store_url is not a database URL: {exc}", key="store_url") from exc
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Engine = create_engine(parsed)
-        if parsed.get_backend_name() == "sqlite":
-            # WAL: the CLI and the API append concurrently; NORMAL: one fsync per checkpoint,
-            # not per audit record (a crash may lose the last records, never corrupt the file).
-            @event.listens_for(self.engine, "connect")
-            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute("PRAGMA busy_timeout=5000")
-                cur.close()
-
+        self.engine: Engine = make_store_engine(url)
         try:
             metadata.create_all(self.engine)
         except SQLAlchemyError as exc:

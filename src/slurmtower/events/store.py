@@ -30,7 +30,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -45,23 +44,21 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     select,
     text,
     update,
 )
-from sqlalchemy.engine import Connection, RowMapping, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import TypeDecorator
 
-from slurmtower.errors import ConfigError, InvalidInput, NotFound
+from slurmtower.errors import InvalidInput, NotFound
 from slurmtower.events.transitions import NodeSnapshot, diff_states
 from slurmtower.models.event import Event, RuleRun
+from slurmtower.storage import make_store_engine
 
 __all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult"]
 
@@ -172,36 +169,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _make_engine(url: str) -> Engine:
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"invalid store URL: {exc}") from exc
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
-    memory = parsed.database in (None, "", ":memory:")
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
-    if memory:  # one shared connection, or every checkout would see a fresh empty database
-        kwargs["poolclass"] = StaticPool
-    engine = create_engine(parsed, **kwargs)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event below issue BEGIN itself (pysqlite's own implicit
-        # BEGIN is deferred, and a deferred transaction that later writes can deadlock).
-        dbapi_conn.isolation_level = None
-        if not memory:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
 class EventStore:
     """Event log, known node states, callback nonces, rule runs and cursors.
 
@@ -217,7 +184,7 @@ class EventStore:
     def __init__(
         self, url: str | Engine = "sqlite://", *, schema: str | None = None, create: bool = True
     ) -> None:
-        self._engine = url if isinstance(url, Engine) else _make_engine(url)
+        self._engine = url if isinstance(url, Engine) else make_store_engine(url)
         self._t = _tables(schema)
         # SQLite's in-memory store shares one connection between threads; serialise use.
         self._lock = threading.RLock()

@@ -28,7 +28,6 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from pydantic import BaseModel
 from sqlalchemy import (
     Column,
-    Connection,
     Engine,
     Float,
     Integer,
@@ -36,24 +35,21 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    create_engine,
     delete,
-    event,
     insert,
     or_,
     select,
     update,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.exc import IntegrityError
 
 from slurmtower.api.cache import SnapshotCache, services_of, shared_cache, strict_query
 from slurmtower.api.routes.live import build_usage, visible_jobs, visible_nodes
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import BackgroundTask, Services
-from slurmtower.errors import ConfigError, InvalidInput, SlurmUnavailable
+from slurmtower.errors import InvalidInput, SlurmUnavailable
 from slurmtower.models import Job, JobState, Node, Partition
+from slurmtower.storage import make_store_engine
 
 __all__ = ["LoadArchive", "LoadResponse", "LoadSample", "router", "setup"]
 
@@ -92,35 +88,6 @@ class LoadResponse(BaseModel):
     samples: list[LoadSample]
 
 
-def _make_engine(url: str) -> Engine:
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError("store_url is not a database URL", key="store_url") from exc
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
-    memory = parsed.database in (None, "", ":memory:")
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
-    if memory:
-        kwargs["poolclass"] = StaticPool
-    engine = create_engine(parsed, **kwargs)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # BEGIN IMMEDIATE below: two workers racing for the lease must not both read then write.
-        dbapi_conn.isolation_level = None
-        if not memory:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
 @dataclass
 class LoadArchive:
     """The archive tables in slurmtower's own store, and the archiver lease."""
@@ -153,7 +120,7 @@ class LoadArchive:
         settings = services.settings
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         lease = max(3 * settings.archiver.archive_wait_time, 10.0)
-        return cls(engine=_make_engine(settings.effective_store_url()), holder=holder, lease_seconds=lease)
+        return cls(engine=make_store_engine(settings.effective_store_url()), holder=holder, lease_seconds=lease)
 
     def create(self) -> None:
         if not self._created:
