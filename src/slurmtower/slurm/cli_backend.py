@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from slurmtower.errors import InvalidInput, NotFound, SlurmError, SlurmRequestError, SlurmUnavailable
+from slurmtower.errors import InvalidInput, SlurmError, SlurmRequestError, SlurmUnavailable
 from slurmtower.models import (
     ClusterConfig,
     ControllerStats,
@@ -27,7 +27,7 @@ from slurmtower.models import (
 )
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
-from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities
+from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities, select_nodes
 from slurmtower.slurm.runner import CommandRunner
 
 __all__ = ["CliSlurmClient"]
@@ -123,14 +123,7 @@ class CliSlurmClient:
         else:
             # 22.05: `sinfo --json` ignores -n, so filter client-side below.
             result = ad.parse_nodes_json(self._json(["sinfo", "--json"]))
-        if nodes is None:
-            return result
-        wanted = set(nodes)
-        found = [n for n in result if n.name in wanted]
-        missing = wanted - {n.name for n in found}
-        if missing:
-            raise NotFound(f"unknown node(s): {NodeSet(sorted(missing))}", param="nodes")
-        return found
+        return select_nodes(result, nodes)
 
     def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         if self._modern():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
+from slurmtower.errors import NotFound
 from slurmtower.models import (
     ClusterConfig,
     ControllerStats,
@@ -31,6 +32,7 @@ __all__ = [
     "TRIGGER_EVENTS",
     "Capabilities",
     "SlurmClient",
+    "select_nodes",
 ]
 
 #: States ``scontrol update nodename=... state=`` accepts that slurmtower offers.
@@ -181,3 +183,15 @@ class SlurmClient(Protocol):
         ...
 
     def clear_triggers(self, trigger_ids: Sequence[int], *, user: str | None = None) -> None: ...
+
+
+def select_nodes(all_nodes: list[Node], nodes: NodeSet | None) -> list[Node]:
+    """The nodes of ``nodes`` among ``all_nodes`` (all when ``None``); unknown names raise NotFound."""
+    if nodes is None:
+        return all_nodes
+    wanted = set(nodes)
+    found = [n for n in all_nodes if n.name in wanted]
+    missing = wanted - {n.name for n in found}
+    if missing:
+        raise NotFound(f"unknown node(s): {NodeSet(sorted(missing))}", param="nodes")
+    return found

@@ -20,7 +20,6 @@ import httpx
 import jwt
 
 from slurmtower.errors import (
-    NotFound,
     SlurmError,
     SlurmRequestError,
     SlurmTimeout,
@@ -40,7 +39,7 @@ from slurmtower.models import (
 )
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
-from slurmtower.slurm.client import Capabilities, SlurmClient
+from slurmtower.slurm.client import Capabilities, SlurmClient, select_nodes
 from slurmtower.slurm.runner import CallObserver
 
 __all__ = ["RestSlurmClient"]
@@ -197,14 +196,7 @@ class RestSlurmClient:
 
     def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
         result = ad.parse_nodes_json(self._slurm("nodes"))
-        if nodes is None:
-            return result
-        wanted = set(nodes)
-        found = [n for n in result if n.name in wanted]
-        missing = wanted - {n.name for n in found}
-        if missing:
-            raise NotFound(f"unknown node(s): {NodeSet(sorted(missing))}", param="nodes")
-        return found
+        return select_nodes(result, nodes)
 
     def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         result = ad.parse_jobs_json(self._slurm("jobs"))
