@@ -40,8 +40,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk || true
 	$(BIN)/slurmtower devcluster up
-	eval "$$($(BIN)/slurmtower devcluster env)" && for b in bench/*.py; do $(BIN)/python $$b; done
+	eval "$$($(BIN)/slurmtower devcluster env)" && $(BIN)/python bench/actions.py && \
+	  $(BIN)/python bench/events.py && $(BIN)/python bench/api.py && $(BIN)/python bench/history.py --devcluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
