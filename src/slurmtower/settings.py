@@ -191,13 +191,17 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+#: Variables for HTTP clients of slurmtower (``devcluster env`` exports them), not settings.
+_CLIENT_VARS = {f"{ENV_PREFIX}URL", f"{ENV_PREFIX}TOKEN"}
+
+
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX) or key == f"{ENV_PREFIX}CONFIG":
             continue
-        if key.startswith(f"{ENV_PREFIX}DEVCLUSTER_"):
-            # Selects the devcluster instance (slurmtower.devcluster), not a setting.
+        if key.startswith(f"{ENV_PREFIX}DEVCLUSTER_") or key in _CLIENT_VARS:
+            # The devcluster instance, or a client's URL and token: not settings.
             continue
         path = key[len(ENV_PREFIX) :].lower().split("__")
         cur = out

@@ -8,6 +8,7 @@ It records which daemons it started, and :meth:`DevCluster.down` stops only thos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -206,6 +207,8 @@ class DevCluster:
             f"export SLURMTOWER_DEVCLUSTER_DIR={self.root}\n"
             f"export SLURMTOWER_DEVCLUSTER_NAME={self.cluster_name}\n"
             f"export SLURMTOWER_DEVCLUSTER_PORT_BASE={self.port_base}\n"
+            f"export SLURMTOWER_URL=http://127.0.0.1:{self.api_port}\n"
+            f"export SLURMTOWER_TOKEN={self.demo_tokens()['operator'] if self.etc.exists() else ''}\n"
         )
 
     def is_up(self) -> bool:
@@ -522,9 +525,31 @@ url = "mysql+pymysql://reader_{self.cluster_name}:{sec['reader']}@{host}:{port}/
 host = "127.0.0.1"
 port = {self.api_port}
 serve_index = true
-"""
+{self._token_entries()}"""
         self.tower_conf.write_text(tower)
         os.chmod(self.tower_conf, 0o600)
+
+    @property
+    def demo_tokens_file(self) -> Path:
+        return self.etc / "demo-tokens.json"
+
+    def demo_tokens(self) -> dict[str, str]:
+        """Bearer tokens of the demo principals (one per role), made once per cluster."""
+        try:
+            data: dict[str, str] = json.loads(self.demo_tokens_file.read_text())
+            return data
+        except (OSError, ValueError):
+            tokens = {role: secrets.token_urlsafe(24) for role in ("reader", "operator", "admin")}
+            self.demo_tokens_file.write_text(json.dumps(tokens, indent=1))
+            os.chmod(self.demo_tokens_file, 0o600)
+            return tokens
+
+    def _token_entries(self) -> str:
+        entries = []
+        for role, token in self.demo_tokens().items():
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            entries.append(f'[[auth.tokens]]\nname = "demo-{role}"\nrole = "{role}"\nsha256 = "{digest}"\n')
+        return "\n# demo principals; their tokens are in demo-tokens.json (0600)\n" + "\n".join(entries)
 
     def _spawn_daemon(self, argv: list[str], **kwargs: object) -> None:
         """Start a self-daemonising Slurm daemon with a clean environment."""
