@@ -297,14 +297,18 @@ def main() -> int:
     ap.add_argument(
         "--devcluster",
         action="store_true",
-        help="load the rows into the local devcluster's slurmdbd database as an extra cluster "
+        help="load the rows into the slurmdbd database of a devcluster of its own "
+        "(/var/lib/slurmtower/dc-bench) as an extra cluster "
         "(sacctmgr add cluster), so that sacct --json answers the same questions on the same rows",
     )
     args = ap.parse_args()
     if args.devcluster:
         from slurmtower.devcluster import DevCluster
 
-        dc = DevCluster(log=lambda _m: None)
+        # A cluster of its own: an extra cluster in slurmdbd changes what sacctmgr does on
+        # every cluster of that slurmdbd (the test suite's must not see it).
+        dc = DevCluster(root=Path("/var/lib/slurmtower/dc-bench"), cluster_name="benchdc", port_base=33800,
+                        log=lambda _m: None)
         dc.up()
         os.environ["SLURM_CONF"] = str(dc.slurm_conf)
         sacct_cluster = sacct_cluster or "bench1m"

@@ -14,8 +14,10 @@ fi
 # promtool checks the /metrics scrape: take it out of Debian's prometheus package (19 MB .deb,
 # unpacked under .venv, nothing installed, no daemon started).
 if ! command -v promtool >/dev/null && [ ! -x .venv/promtool/usr/bin/promtool ]; then
-  (cd /tmp && apt-get download -q prometheus >/dev/null 2>&1 && dpkg -x prometheus_*.deb "$OLDPWD/.venv/promtool" \
-     && rm -f prometheus_*.deb) || echo "promtool unavailable: the promtool check will be skipped"
+  (cd /tmp && { apt-get download -q prometheus >/dev/null 2>&1 \
+                || { apt-get update -qq && apt-get download -q prometheus >/dev/null 2>&1; }; } \
+     && dpkg -x prometheus_*.deb "$OLDPWD/.venv/promtool" && rm -f prometheus_*.deb) \
+    || echo "promtool unavailable: the promtool check will be skipped"
 fi
 [ -x .venv/promtool/usr/bin/promtool ] && export PATH="$PATH:$PWD/.venv/promtool/usr/bin"
 $BIN/ruff check src tests bench

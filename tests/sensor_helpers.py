@@ -69,6 +69,7 @@ class SensorProcess:
         return env
 
     def start(self, timeout: float = 30) -> None:
+        ups_before = len(self.events(types=["slurm.sensor.trigger.up"])) if (self.state_dir / "slurmtower.db").exists() else 0
         with open(self.state_dir / "sensor.log", "ab") as log:
             self.proc = subprocess.Popen([SLURMTOWER, "sensor"], env=self.env(), stdout=log, stderr=log)
         end = time.monotonic() + timeout
@@ -83,9 +84,9 @@ class SensorProcess:
             time.sleep(0.2)
         else:
             raise AssertionError(f"sensor did not listen: {self.log()}")
-        # Started = its "up" event is stored (triggers armed, startup snapshot recorded).
-        self.wait_events(lambda evs: any(e.type == "slurm.sensor.trigger.up" and
-                                         e.payload["uuid"] == self.current_uuid() for e in evs),
+        # Started = its own "up" event is stored (triggers armed, startup snapshot recorded);
+        # after a restart the previous sensor's "up" is already there.
+        self.wait_events(lambda evs: len([e for e in evs if e.type == "slurm.sensor.trigger.up"]) > ups_before,
                          timeout, "sensor up event")
 
     def current_uuid(self) -> str | None:
