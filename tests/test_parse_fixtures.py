@@ -32,6 +32,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
+from slurmtower.models.accounting import AccountingUser, Association
 from slurmtower.slurm import adapters as ad
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -57,6 +58,9 @@ JSON_PARSERS: dict[str, Callable[[Any], object]] = {
     "rest-slurm-diag.json": ad.parse_sdiag_json,
     "rest-slurm-ping.json": ad.parse_ping_json,
     "rest-slurm-node-NODE-post-drain.json": ad.raise_for_errors,
+    "sacctmgr-show-assoc.json": ad.parse_associations_json,
+    "rest-slurmdb-associations.json": ad.parse_associations_json,
+    "rest-slurmdb-users.json": ad.parse_users_json,
 }
 TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "scontrol-o-show-node.txt": lambda t: ad.parse_nodes_text(t, tz=TZ),
@@ -71,16 +75,9 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "sinfo.txt": ad.parse_sinfo_text,
     "sinfo-R.txt": lambda t: ad.parse_sinfo_reasons_text(t, tz=TZ),
     "squeue.txt": ad.parse_squeue_text,
+    "sacctmgr-show-assoc.txt": ad.parse_associations_text,
     # slurmrestd's text/plain answer to a method it does not have (22.05: POST /node).
     "rest-slurm-node-NODE-post-drain.txt": lambda t: ad.error_from_rest_response(405, t),
-}
-#: Association and user data: slurmtower reads them from slurmdbd's database
-#: (slurmtower.accounting), not from sacctmgr or /slurmdb, so no adapter parses them.
-NOT_PARSED_HERE = {
-    "sacctmgr-show-assoc.txt",
-    "sacctmgr-show-assoc.json",
-    "rest-slurmdb-users.json",
-    "rest-slurmdb-associations.json",
 }
 #: Recorded but not copied into the tests (2 MB of OpenAPI schema nothing here reads).
 DROPPED = {"openapi-v3.json.gz"}
@@ -126,8 +123,6 @@ def test_there_are_release_folders() -> None:
 @pytest.mark.parametrize(("release", "name"), _all_files())
 def test_every_fixture_file_has_a_parser_and_parses(release: str, name: str) -> None:
     kind = _kind(name)
-    if kind in NOT_PARSED_HERE:
-        pytest.skip("association/user data is read from slurmdbd by slurmtower.accounting")
     if kind in JSON_PARSERS:
         result = JSON_PARSERS[kind](_load(release, name))
     elif kind in TEXT_PARSERS:
@@ -518,6 +513,178 @@ def test_sinfo_reasons(release: str) -> None:
     reasons = {r.nodes[-1]: r for r in ad.parse_sinfo_reasons_text(_load(release, "sinfo-R.txt"), tz=TZ)}
     assert isinstance(reasons["4"], NodeReason)
     assert reasons["4"].reason == "disk replace" and reasons["4"].user == "root"
+
+
+# ------------------------------------------------------------------- associations, users
+
+#: What every lab cluster was given: accounts physics (alice, bob, root) and chemistry (bob)
+#: under root, and root's own user association under root.
+ACCOUNTS = {("root", None), ("physics", None), ("chemistry", None)}
+USER_ASSOCIATIONS = {("physics", "alice"), ("chemistry", "bob"), ("physics", "bob"), ("physics", "root"), ("root", "root")}
+DEFAULT_ACCOUNTS = {"alice": "physics", "bob": "chemistry", "root": "root"}
+
+
+def _association_sources(release: str) -> dict[str, list[Association]]:
+    sources = {
+        "text": ad.parse_associations_text(_load(release, "sacctmgr-show-assoc.txt")),
+        "rest": ad.parse_associations_json(_load(release, "rest-slurmdb-associations.json")),
+    }
+    if (FIXTURES / release / "sacctmgr-show-assoc.json").exists():
+        sources["sacctmgr-json"] = ad.parse_associations_json(_load(release, "sacctmgr-show-assoc.json"))
+    return sources
+
+
+@pytest.mark.parametrize("release", _releases())
+def test_the_same_associations_come_out_of_text_and_json(release: str) -> None:
+    sources = _association_sources(release)
+    assert len(sources) == (2 if release == "22.05" else 3)  # 22.05's sacctmgr has no --json
+    for source, associations in sources.items():
+        pairs = [(a.account, a.user) for a in associations]
+        assert len(pairs) == len(set(pairs)) == 8, source
+        assert {p for p in pairs if p[1] is None} == ACCOUNTS, source
+        assert {p for p in pairs if p[1] is not None} == USER_ASSOCIATIONS, source
+        for association in associations:
+            assert isinstance(association, Association)
+            assert association.cluster == _index(release)["cluster"], source
+            assert association.partition is None and association.shares == 1, source
+            assert association.qos == ["normal"] and association.default_qos is None, source
+            assert association.priority is None, source
+            assert association.limits.model_dump() == Association(account="x").limits.model_dump(), source
+    # sacctmgr's default text has no id and no default mark; 25.11's JSON numbers them, 24.11's
+    # prints 0 for every one (read as unknown) and 22.05's has no id at all.
+    assert all(a.id is None and not a.is_default for a in sources["text"])
+    for source in ("rest", "sacctmgr-json"):
+        if source not in sources:
+            continue
+        ids = [a.id for a in sources[source]]
+        if release == "25.11":
+            assert sorted(i for i in ids if i is not None) == list(range(1, 9)), source
+        else:
+            assert ids == [None] * 8, source
+        defaults = {(a.account, a.user) for a in sources[source] if a.is_default}
+        assert defaults == {(acct, user) for user, acct in DEFAULT_ACCOUNTS.items()}, source
+        parents = {a.account: a.parent_account for a in sources[source] if a.user is None}
+        assert parents == {"root": None, "physics": "root", "chemistry": "root"}, source
+        assert all(a.parent_account is None for a in sources[source] if a.user is not None), source
+
+
+@pytest.mark.parametrize("release", _releases())
+def test_users_come_out_of_every_release_with_admin_level(release: str) -> None:
+    users = {u.name: u for u in ad.parse_users_json(_load(release, "rest-slurmdb-users.json"))}
+    assert sorted(users) == ["alice", "bob", "root"]
+    assert all(isinstance(u, AccountingUser) and u.uid is None for u in users.values())
+    assert {name: u.admin_level for name, u in users.items()} == {
+        "alice": "none",
+        "bob": "none",
+        "root": "administrator",
+    }
+    if release == "22.05":
+        # v0.0.38 lists each user's associations (short: no shares, no limits) and default.
+        assert {(a.account, name) for name, u in users.items() for a in u.associations} == USER_ASSOCIATIONS
+        assert {name: u.default_account for name, u in users.items()} == DEFAULT_ACCOUNTS
+        for name, user in users.items():
+            assert [a.account for a in user.associations if a.is_default] == [DEFAULT_ACCOUNTS[name]]
+            assert all(a.user == name and a.cluster == "lab" and a.shares is None for a in user.associations)
+    else:
+        # v0.0.4x leaves associations and the default account out unless asked.
+        assert all(u.associations == [] and u.default_account is None for u in users.values())
+
+
+def test_association_limits_from_text_and_json_agree() -> None:
+    text = (
+        "Cluster|Account|User|Partition|Share|Priority|GrpJobs|GrpTRES|GrpSubmit|GrpWall|GrpTRESMins|"
+        "MaxJobs|MaxTRES|MaxTRESPerNode|MaxSubmit|MaxWall|MaxTRESMins|QOS|Def QOS|GrpTRESRunMins\n"
+        "lab|physics|alice|short|parent|7|5|cpu=8,mem=2G|20|2-00:00:00|cpu=6000|"
+        "3|cpu=4,mem=1000M,gres/gpu=1|cpu=2|10|01:30:00|cpu=120|high,normal|normal|cpu=100\n"
+    )
+    (from_text,) = ad.parse_associations_text(text)
+    tres = [
+        {"type": "cpu", "name": "", "id": 1, "count": 4},
+        {"type": "mem", "name": "", "id": 2, "count": 1000},
+        {"type": "gres", "name": "gpu", "id": 1001, "count": 1},
+    ]
+
+    def num(n: int) -> dict[str, Any]:
+        return {"set": True, "infinite": False, "number": n}
+
+    record = {
+        "account": "physics", "cluster": "lab", "user": "alice", "partition": "short", "id": 12,
+        "is_default": False, "parent_account": "", "shares_raw": 0x7FFFFFFF, "priority": num(7),
+        "qos": ["high", "normal"], "default": {"qos": "normal"},
+        "max": {
+            "jobs": {
+                "per": {"count": num(5), "submitted": num(20), "wall_clock": num(90)},
+                "active": num(3), "total": num(10), "accruing": {"set": False, "infinite": True, "number": 0},
+            },
+            "tres": {
+                "total": [{"type": "cpu", "count": 8}, {"type": "mem", "count": 2048}],
+                "group": {"minutes": [{"type": "cpu", "count": 6000}], "active": [{"type": "cpu", "count": 100}]},
+                "minutes": {"per": {"job": [{"type": "cpu", "count": 120}]}, "total": []},
+                "per": {"job": tres, "node": [{"type": "cpu", "count": 2}]},
+            },
+            "per": {"account": {"wall_clock": num(2880)}},
+        },
+    }
+    doc = {"meta": {"plugin": {"data_parser": "data_parser/v0.0.42"}}, "associations": [record]}
+    (from_json,) = ad.parse_associations_json(doc)
+    limits = from_text.limits
+    assert limits.max_tres_per_job == {"cpu": 4, "mem": 1000, "gres/gpu": 1}
+    assert limits.grp_tres == {"cpu": 8, "mem": 2048}  # 2G in MiB
+    assert (limits.max_wall_minutes, limits.grp_wall_minutes) == (90, 2 * 24 * 60)
+    assert (limits.max_jobs, limits.grp_jobs, limits.max_submit_jobs, limits.grp_submit_jobs) == (3, 5, 10, 20)
+    assert limits.max_tres_per_node == {"cpu": 2} and limits.max_tres_minutes_per_job == {"cpu": 120}
+    assert limits.grp_tres_minutes == {"cpu": 6000} and limits.max_jobs_accrue is None
+    assert (from_text.shares, from_text.priority, from_text.qos, from_text.default_qos) == (
+        0x7FFFFFFF, 7, ["high", "normal"], "normal"
+    )
+    assert from_json.id == 12 and from_text.id is None
+    assert from_json.model_dump(exclude={"id"}) == from_text.model_dump(exclude={"id"})
+
+
+def test_22_05_association_numbers_go_through_the_chain() -> None:
+    """22.05 prints plain numbers and null where v0.0.40+ prints number objects."""
+    record = {
+        "account": "physics", "user": "bob", "cluster": "lab", "partition": None, "parent_account": None,
+        "is_default": 1, "flags": ["DEFAULT"], "shares_raw": 5, "priority": None, "qos": ["normal"],
+        "default": {"qos": None},
+        "max": {
+            "jobs": {"per": {"count": 4, "wall_clock": 4294967295}, "active": None, "total": 7},
+            "tres": {"per": {"job": [{"type": "node", "name": "", "id": 4, "count": 2}]}},
+            "per": {"account": {"wall_clock": 60}},
+        },
+    }
+    doc = {"meta": {"plugin": {"type": "openapi/dbv0.0.38"}}, "associations": [record]}
+    (assoc,) = ad.parse_associations_json(doc)
+    assert (assoc.is_default, assoc.shares, assoc.partition, assoc.default_qos) == (True, 5, None, None)
+    assert (assoc.limits.grp_jobs, assoc.limits.max_submit_jobs, assoc.limits.max_jobs) == (4, 7, None)
+    assert assoc.limits.max_wall_minutes is None  # INFINITE
+    assert assoc.limits.grp_wall_minutes == 60 and assoc.limits.max_tres_per_job == {"node": 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        pytest.param("Cluster|User\nlab|alice\n", "without an Account column", id="no-account-column"),
+        pytest.param("Account|User|MaxJobs\nphysics|alice|lots\n", "maxjobs is not a count: 'lots'", id="count"),
+        pytest.param("Account|MaxTRES\nphysics|cpu\n", "bad TRES value: 'cpu'", id="tres-pair"),
+        pytest.param("Account|GrpTRES\nphysics|mem=2X\n", "bad TRES value: 'mem=2X'", id="tres-unit"),
+        pytest.param("Account|MaxWall\nphysics|soon\n", "maxwall is not a duration", id="wall"),
+        pytest.param("Account|Share\nphysics|half\n", "Share is not a number", id="share"),
+    ],
+)
+def test_bad_sacctmgr_text_names_the_bad_part(text: str, fragment: str) -> None:
+    with pytest.raises(SlurmtowerError, match=re.escape(fragment)):
+        ad.parse_associations_text(text)
+
+
+def test_unknown_admin_level_and_missing_lists_raise() -> None:
+    meta = {"plugin": {"data_parser": "data_parser/v0.0.42"}}
+    with pytest.raises(SlurmtowerError, match="administrator level"):
+        ad.parse_users_json({"meta": meta, "users": [{"name": "eve", "administrator_level": ["Wizard"]}]})
+    with pytest.raises(SlurmtowerError):
+        ad.parse_users_json({"meta": meta, "associations": []})
+    with pytest.raises(SlurmtowerError):
+        ad.parse_associations_json({"meta": meta, "users": []})
 
 
 def test_parsed_models_are_the_public_ones() -> None:

@@ -127,7 +127,11 @@ class HistoryPage(_Model):
 
 
 class AssociationLimits(_Model):
-    """Limits set on an association; None (or an empty dict) when unset, i.e. inherited."""
+    """Limits set on an association; None (or an empty dict) when unset, i.e. inherited.
+
+    Wall limits are minutes; TRES limits are ``{"cpu": 4, "mem": 1000, "gres/gpu": 1}`` with
+    memory (``mem``, and ``bb``/``fs/disk``) in MiB and TRES-minute limits in unit-minutes.
+    """
 
     max_jobs: int | None = None
     max_jobs_accrue: int | None = None
@@ -146,15 +150,25 @@ class AssociationLimits(_Model):
 class Association(_Model):
     """A user (or account) association of the cluster: who may run under which account."""
 
-    id: int
+    id: int | None = None
+    """slurmdbd's ``id_assoc``; None where the source has none (``sacctmgr show assoc``'s
+    default columns, 22.05's JSON)."""
+    cluster: str | None = None
     user: str | None = None
     """None for an account's own association."""
     account: str
     partition: str | None = None
     parent_account: str | None = None
+    """The parent account of an account's own association; None on user associations."""
     is_default: bool = False
-    shares: int
+    """The user's default account (False where the source does not say: sacctmgr's text)."""
+    shares: int | None = None
+    """Raw fair-share shares (``2147483647`` is ``parent``); None where the source does not
+    say (the short associations listed under a user)."""
     priority: int | None = None
+    qos: list[str] = Field(default_factory=list)
+    """QOS names the association may use; empty when the source does not list them."""
+    default_qos: str | None = None
     limits: AssociationLimits = Field(default_factory=AssociationLimits)
 
 

@@ -2,8 +2,8 @@
 
 Every release's JSON runs through one adapter chain (:mod:`._chain`, a step per data format:
 v0.0.38 -> v0.0.40 -> v0.0.42 -> v0.0.44) so the builders see a single shape; text output
-(``scontrol -o show``, ``sdiag``, ``strigger --get``, ``sacct -P`` ...) has its own parsers
-that produce the same models. Nothing here does I/O.
+(``scontrol -o show``, ``sdiag``, ``strigger --get``, ``sacct -P``, ``sacctmgr -P`` ...) has
+its own parsers that produce the same models. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from slurmtower.slurm.adapters._envelope import (
     raise_for_errors,
 )
 from slurmtower.slurm.adapters._json import (
+    parse_associations_json,
     parse_jobs_json,
     parse_nodes_json,
     parse_partitions_json,
@@ -26,8 +27,10 @@ from slurmtower.slurm.adapters._json import (
     parse_sacct_steps_json,
     parse_sdiag_json,
     parse_steps_json,
+    parse_users_json,
 )
 from slurmtower.slurm.adapters._text import (
+    parse_associations_text,
     parse_config_text,
     parse_jobs_text,
     parse_nodes_text,
@@ -50,6 +53,8 @@ __all__ = [
     "envelope_messages",
     "error_from_rest_response",
     "format_version",
+    "parse_associations_json",
+    "parse_associations_text",
     "parse_config_text",
     "parse_duration",
     "parse_jobs_json",
@@ -75,6 +80,7 @@ __all__ = [
     "parse_steps_text",
     "parse_text_time",
     "parse_triggers_text",
+    "parse_users_json",
     "raise_for_errors",
     "split_key_values",
 ]

@@ -14,11 +14,15 @@ v0.0.38 -> v0.0.40    22.05 -> 23.11. Numbers and epochs become ``{set, infinite
                       partitions' flat keys -> nested groups; sacct ``state.current`` a list,
                       ``required.memory`` -> ``memory_per_node``/``memory_per_cpu``, step ids
                       ``"2024.batch"``; sdiag times and average times become objects.
+                      Associations: limits and ``priority`` become number objects, null
+                      strings ``""``, ``is_default`` 0/1 a bool; users' ``administrator_level``
+                      a list (``"None"`` -> ``["None"]``).
                       The step only rewrites values still in the old shape, so it is also
                       safe for 23.02's v0.0.39, which has some of the new shapes already.
 v0.0.40 -> v0.0.42    no change in the fields read here (checked against the v0.0.40 and
                       v0.0.42 schemas in 24.11's OpenAPI document).
-v0.0.42 -> v0.0.44    keys were only added (node ``topology``, job ``step_id`` ...).
+v0.0.42 -> v0.0.44    keys were only added (node ``topology``, job ``step_id``, user
+                      ``default.qos`` ...).
 ====================  =========================================================================
 """
 
@@ -33,7 +37,19 @@ from slurmtower.slurm.adapters._values import INFINITE, NO_VAL
 
 __all__ = ["Kind", "upgrade"]
 
-Kind = Literal["node", "job", "partition", "reservation", "sacct_job", "sacct_step", "diag", "sinfo", "ping"]
+Kind = Literal[
+    "node",
+    "job",
+    "partition",
+    "reservation",
+    "sacct_job",
+    "sacct_step",
+    "diag",
+    "sinfo",
+    "ping",
+    "association",
+    "user",
+]
 Record = dict[str, Any]
 
 #: The newest format the builders read.
@@ -285,6 +301,48 @@ class _V0038ToV0040(_Step):
         for key in ("rpcs_by_message_type", "rpcs_by_user"):
             for item in record.get(key) or []:
                 _wrap(item, "average_time")
+        return record
+
+    # The same limits in every format (dbv0.0.38's parse_assoc and data_parser's ASSOC):
+    # max.jobs.per.{count,accruing,submitted} = Grp{Jobs,JobsAccrue,Submit},
+    # max.jobs.{active,accruing,total} = Max{Jobs,JobsAccrue,Submit}, max.jobs.per.wall_clock
+    # = MaxWall, max.per.account.wall_clock = GrpWall; only the number shape changed.
+    _ASSOC_NUMBERS: tuple[tuple[str, ...], ...] = (
+        ("max", "jobs", "per", "count"),
+        ("max", "jobs", "per", "accruing"),
+        ("max", "jobs", "per", "submitted"),
+        ("max", "jobs", "per", "wall_clock"),
+        ("max", "jobs", "active"),
+        ("max", "jobs", "accruing"),
+        ("max", "jobs", "total"),
+        ("max", "per", "account", "wall_clock"),
+        ("min", "priority_threshold"),
+        ("priority",),
+    )
+
+    def association(self, record: Record, version: SlurmVersion | None) -> Record:
+        for path in self._ASSOC_NUMBERS:
+            parent: Any = record
+            for key in path[:-1]:
+                parent = parent.get(key) if isinstance(parent, dict) else None
+            if isinstance(parent, dict) and path[-1] in parent:
+                parent[path[-1]] = _num(parent[path[-1]])
+        for key in ("user", "partition", "parent_account", "cluster"):
+            if key in record and record[key] is None:
+                record[key] = ""
+        default = record.get("default")
+        if isinstance(default, dict) and default.get("qos") is None and "qos" in default:
+            default["qos"] = ""
+        if isinstance(record.get("is_default"), int):
+            record["is_default"] = bool(record["is_default"])
+        return record
+
+    def user(self, record: Record, version: SlurmVersion | None) -> Record:
+        level = record.get("administrator_level")
+        if isinstance(level, str):
+            record["administrator_level"] = [level]
+        for association in record.get("associations") or []:
+            self.association(association, version)
         return record
 
     def ping(self, record: Record, version: SlurmVersion | None) -> Record:

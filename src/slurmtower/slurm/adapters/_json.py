@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from slurmtower.errors import SlurmError
+from slurmtower.models.accounting import AccountingUser, AdminLevel, Association, AssociationLimits
 from slurmtower.models.job import ExitCode, Job, JobStep, parse_job_state
 from slurmtower.models.node import Node, parse_node_state
 from slurmtower.models.partition import Partition
@@ -28,6 +29,7 @@ from slurmtower.slurm.adapters._values import (
 )
 
 __all__ = [
+    "parse_associations_json",
     "parse_jobs_json",
     "parse_nodes_json",
     "parse_partitions_json",
@@ -37,6 +39,7 @@ __all__ = [
     "parse_sacct_steps_json",
     "parse_sdiag_json",
     "parse_steps_json",
+    "parse_users_json",
 ]
 
 Record = dict[str, Any]
@@ -573,3 +576,140 @@ def parse_ping_json(doc: dict[str, Any]) -> dict[str, bool]:
     """
     items, _ = _upgraded(doc, "pings", "ping")
     return {str(item.get("hostname")): bool(item.get("responding")) for item in items}
+
+
+# --------------------------------------------------------------------------- associations, users
+
+
+def _path(record: Record, *keys: str) -> Any:
+    value: Any = record
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _tres(items: Any) -> dict[str, int]:
+    """A TRES list (``[{"type": "gres", "name": "gpu", "count": 1}]``) as ``{"gres/gpu": 1}``.
+
+    slurmdbd keeps memory TRES in MiB, so ``mem`` needs no conversion here. Negative and
+    NO_VAL64-sized counts (unset) are dropped.
+    """
+    out: dict[str, int] = {}
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or not item.get("type"):
+            continue
+        count = number(item.get("count"))
+        if count is None or count < 0 or count >= 2**63:
+            continue
+        name = text_or_none(item.get("name"))
+        out[f"{item['type']}/{name}" if name else str(item["type"])] = count
+    return out
+
+
+def _limits(record: Record) -> AssociationLimits:
+    jobs = _path(record, "max", "jobs") or {}
+    per_job = jobs.get("per") or {}
+    tres = _path(record, "max", "tres") or {}
+    return AssociationLimits(
+        max_jobs=number(jobs.get("active")),
+        max_jobs_accrue=number(jobs.get("accruing")),
+        max_submit_jobs=number(jobs.get("total")),
+        max_wall_minutes=number(per_job.get("wall_clock")),
+        max_tres_per_job=_tres(_path(tres, "per", "job")),
+        max_tres_per_node=_tres(_path(tres, "per", "node")),
+        max_tres_minutes_per_job=_tres(_path(tres, "minutes", "per", "job")),
+        grp_jobs=number(per_job.get("count")),
+        grp_submit_jobs=number(per_job.get("submitted")),
+        grp_wall_minutes=number(_path(record, "max", "per", "account", "wall_clock")),
+        grp_tres=_tres(tres.get("total")),
+        grp_tres_minutes=_tres(_path(tres, "group", "minutes")),
+    )
+
+
+def _association(record: Record, default_account: str | None = None) -> Association:
+    account = text_or_none(record.get("account"))
+    if account is None:
+        raise SlurmError("Slurm association record without 'account'")
+    user = text_or_none(record.get("user"))
+    partition = text_or_none(record.get("partition"))
+    if "is_default" in record or "flags" in record:
+        flags = [str(f).upper() for f in record.get("flags") or []]
+        is_default = bool(record.get("is_default")) or "DEFAULT" in flags
+    else:
+        # A user's short association (account, cluster, partition, user) says nothing;
+        # the user's default account does.
+        is_default = default_account is not None and account == default_account and partition is None
+    shares = number(record.get("shares_raw"))
+    return Association(
+        # 24.11.7 prints "id": 0 for every association (slurmdbd's ids start at 1).
+        id=number(record.get("id")) or None,
+        cluster=text_or_none(record.get("cluster")),
+        user=user,
+        account=account,
+        partition=partition,
+        # Only an account's own association has a parent; 22.05 and 24.11 agree on that.
+        parent_account=text_or_none(record.get("parent_account")) if user is None else None,
+        # 24.11.7 marks accounts' own associations is_default too; only users have defaults.
+        is_default=is_default and user is not None,
+        shares=shares,
+        priority=number(record.get("priority")),
+        qos=split_list(record.get("qos")),
+        default_qos=text_or_none(_path(record, "default", "qos")),
+        limits=_limits(record),
+    )
+
+
+def parse_associations_json(doc: dict[str, Any]) -> list[Association]:
+    """Associations from ``sacctmgr show assoc --json`` (24.11+) or REST
+    ``/slurmdb/<ver>/associations``.
+
+    Raises:
+        SlurmError: no ``associations`` in the document, or a record without an account.
+    """
+    items, _ = _upgraded(doc, "associations", "association")
+    return [_association(item) for item in items]
+
+
+_ADMIN_LEVELS: dict[str, AdminLevel] = {
+    "none": "none",
+    "not set": "none",
+    "operator": "operator",
+    "administrator": "administrator",
+}
+
+
+def _admin_level(value: Any) -> AdminLevel:
+    levels = [str(v).strip().lower() for v in (value if isinstance(value, list) else [value]) if v]
+    known = [_ADMIN_LEVELS[level] for level in levels if level in _ADMIN_LEVELS]
+    if len(known) != len(levels):
+        raise SlurmError(f"unknown Slurm administrator level {value!r}")
+    order: list[AdminLevel] = ["none", "operator", "administrator"]
+    return max(known, key=order.index, default="none")
+
+
+def _user(record: Record) -> AccountingUser:
+    name = text_or_none(record.get("name"))
+    if name is None:
+        raise SlurmError("Slurm user record without 'name'")
+    default_account = text_or_none(_path(record, "default", "account"))
+    return AccountingUser(
+        name=name,
+        admin_level=_admin_level(record.get("administrator_level")),
+        default_account=default_account,
+        associations=[_association(a, default_account) for a in record.get("associations") or []],
+    )
+
+
+def parse_users_json(doc: dict[str, Any]) -> list[AccountingUser]:
+    """Users from REST ``/slurmdb/<ver>/users`` (``uid`` stays None: nothing here does I/O).
+
+    22.05 lists each user's associations (account, cluster, partition, user only: no
+    limits or shares); v0.0.40+ lists them only when asked (``?with_assocs``), else ``[]``,
+    and leaves ``default.account`` empty unless asked as well.
+
+    Raises:
+        SlurmError: no ``users`` in the document, a record without a name, or an unknown
+            administrator level.
+    """
+    items, _ = _upgraded(doc, "users", "user")
+    return [_user(item) for item in items]

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from slurmtower.errors import SlurmError
+from slurmtower.models.accounting import Association, AssociationLimits
 from slurmtower.models.config import ClusterConfig, config_key
 from slurmtower.models.job import ExitCode, Job, JobStep, parse_job_state
 from slurmtower.models.node import Node, NodeReason, parse_node_state
@@ -29,6 +30,7 @@ from slurmtower.slurm.adapters._values import (
 )
 
 __all__ = [
+    "parse_associations_text",
     "parse_config_text",
     "parse_jobs_text",
     "parse_nodes_text",
@@ -519,6 +521,121 @@ def parse_sacct_steps_text(text: str, *, tz: tzinfo | None = None) -> list[JobSt
             )
         )
     return steps
+
+
+# ---------------------------------------------------------------------------------- associations
+
+#: slurmdbd's shares_raw for ``Fairshare=parent`` (SLURMDB_FS_USE_PARENT), as JSON prints it.
+_SHARES_PARENT = 0x7FFFFFFF
+
+#: sacctmgr column headers (lower case, spaces removed) -> the keys read below.
+_ASSOC_COLUMNS = {
+    "parname": "parentname",
+    "fairshare": "share",
+}
+
+
+def _assoc_rows(text: str) -> list[dict[str, str]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = [h.strip().lower().replace(" ", "") for h in lines[0].split("|")]
+    header = [_ASSOC_COLUMNS.get(h, h) for h in header]
+    if "account" not in header:
+        raise SlurmError("sacctmgr show assoc output without an Account column (run it with -P and a header)")
+    return [dict(zip(header, line.split("|"), strict=False)) for line in lines[1:]]
+
+
+def _assoc_count(row: dict[str, str], column: str) -> int | None:
+    value = text_or_none(row.get(column))
+    if value is None or value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    if not re.fullmatch(r"\d+", value):
+        raise SlurmError(f"sacctmgr {column} is not a count: {value!r}")
+    return int(value)
+
+
+def _assoc_minutes(row: dict[str, str], column: str) -> int | None:
+    try:
+        duration = parse_duration(row.get(column))
+    except ValueError as exc:
+        raise SlurmError(f"sacctmgr {column} is not a duration: {row.get(column)!r}") from exc
+    return None if duration is None else int(duration.total_seconds() // 60)
+
+
+def _tres_text(row: dict[str, str], column: str) -> dict[str, int]:
+    """``cpu=4,mem=1000M,gres/gpu=1`` as ``{"cpu": 4, "mem": 1000, "gres/gpu": 1}``.
+
+    sacctmgr prints memory-like TRES (mem, bb, fs/disk) with a unit suffix (``2G``); they
+    are normalised to MiB, the unit slurmdbd stores and the JSON form prints.
+    """
+    out: dict[str, int] = {}
+    for pair in split_list(row.get(column)):
+        name, sep, value = pair.partition("=")
+        amount = int(value) if value.isdigit() else memory_mib(value) if value[-1:].isalpha() else None
+        if not sep or not name or amount is None:
+            raise SlurmError(f"sacctmgr {column} has a bad TRES value: {pair!r}")
+        out[name] = amount
+    return out
+
+
+def _shares(row: dict[str, str]) -> int | None:
+    value = text_or_none(row.get("share"))
+    if value is None:
+        return None
+    if value.lower() == "parent":
+        return _SHARES_PARENT
+    if not value.isdigit():
+        raise SlurmError(f"sacctmgr Share is not a number or 'parent': {value!r}")
+    return int(value)
+
+
+def parse_associations_text(text: str) -> list[Association]:
+    """Associations from ``sacctmgr -P show assoc`` (pipe-separated, with the header line).
+
+    Reads the default columns (Cluster, Account, User, Partition, Share, Priority, the Grp*
+    and Max* limits, QOS, Def QOS) and, when asked for with ``format=``, ID, ParentName and
+    MaxJobsAccrue; other columns (GrpTRESRunMins ...) are ignored. The default columns
+    carry no id and no default-account mark: ``id`` is None and ``is_default`` False.
+
+    Raises:
+        SlurmError: no Account column, or a value that is not what its column holds.
+    """
+    associations = []
+    for row in _assoc_rows(text):
+        account = text_or_none(row.get("account"))
+        if account is None:
+            raise SlurmError(f"sacctmgr association without an account: {'|'.join(row.values())!r}")
+        user = text_or_none(row.get("user"))
+        associations.append(
+            Association(
+                id=_assoc_count(row, "id") or None,
+                cluster=text_or_none(row.get("cluster")),
+                user=user,
+                account=account,
+                partition=text_or_none(row.get("partition")),
+                parent_account=text_or_none(row.get("parentname")) if user is None else None,
+                shares=_shares(row),
+                priority=_assoc_count(row, "priority"),
+                qos=split_list(row.get("qos")),
+                default_qos=text_or_none(row.get("defqos")),
+                limits=AssociationLimits(
+                    max_jobs=_assoc_count(row, "maxjobs"),
+                    max_jobs_accrue=_assoc_count(row, "maxjobsaccrue"),
+                    max_submit_jobs=_assoc_count(row, "maxsubmit"),
+                    max_wall_minutes=_assoc_minutes(row, "maxwall"),
+                    max_tres_per_job=_tres_text(row, "maxtres"),
+                    max_tres_per_node=_tres_text(row, "maxtrespernode"),
+                    max_tres_minutes_per_job=_tres_text(row, "maxtresmins"),
+                    grp_jobs=_assoc_count(row, "grpjobs"),
+                    grp_submit_jobs=_assoc_count(row, "grpsubmit"),
+                    grp_wall_minutes=_assoc_minutes(row, "grpwall"),
+                    grp_tres=_tres_text(row, "grptres"),
+                    grp_tres_minutes=_tres_text(row, "grptresmins"),
+                ),
+            )
+        )
+    return associations
 
 
 # ------------------------------------------------------------------------ partitions, reservations
