@@ -84,6 +84,9 @@ class ApiSettings(_Section):
     hidden_partitions: list[str] = Field(default_factory=list)
     """Partitions hidden everywhere: /queue, /nodes, /usage, /history, /partitions."""
     workers: int = Field(default=1, ge=1)
+    refresh_in_subprocess: bool = True
+    """Read and render the job queue in a worker process (off the serving process's GIL),
+    so a refresh of thousands of jobs does not stall the requests served meanwhile."""
 
 
 class ArchiverSettings(_Section):

@@ -11,6 +11,12 @@ archiver) goes through one :class:`SnapshotCache`:
   at most about two intervals old, and ``X-Data-Age`` says exactly how old;
 * **bounded wait**: a request waits at most ``api.slurm_wait`` seconds; then it gets a 503
   problem, or, with ``api.serve_stale``, the last snapshot marked ``"stale": true``;
+* **off the serving GIL** (``api.refresh_in_subprocess``): resources registered with
+  :meth:`SnapshotCache.offload` (the job queue) are read, parsed and rendered by a
+  :class:`~slurmtower.api.offload.RefreshWorker` process, so a big refresh no longer stalls
+  the event loop; the value is unpickled only when a reader of it (``/usage``, the
+  dashboard, the load archiver) asks, once per refresh. Without a running worker (no
+  lifespan, setting off) the round runs in a thread as before;
 * **pre-serialized bytes**: each view of a snapshot is rendered to JSON and gzip once, and
   served with a weak ``ETag`` (``If-None-Match`` answers 304). Bodies carry ``fetched_at``
   and ``stale``; the ``X-Data-Age`` header (and ``Age``) give the age in seconds at the time
@@ -24,9 +30,9 @@ query per resource per interval *per worker*.
 from __future__ import annotations
 
 import asyncio
-import gzip
-import hashlib
 import logging
+import pickle
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +43,7 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic_core import to_json
 
+from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.api.services import Services
 from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
 
@@ -53,22 +60,23 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Bodies smaller than this are not worth compressing.
-_GZIP_MIN_BYTES = 512
 
+class _Pickled:
+    """A value that came pickled from the refresh worker, unpickled once on first use."""
 
-@dataclass(frozen=True)
-class Snapshot:
-    """One answer of Slurm for one resource."""
+    __slots__ = ("_blob", "_lock", "_value")
 
-    resource: str
-    value: Any
-    fetched_at: datetime
-    fetched_mono: float
-    generation: int
-    stale: bool = False
-    error: str | None = None
-    """Why this stale snapshot is served (the failure of the latest query)."""
+    def __init__(self, blob: bytes) -> None:
+        self._blob: bytes | None = blob
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._blob is not None:
+                self._value = pickle.loads(self._blob)  # noqa: S301 - our own worker's bytes
+                self._blob = None
+            return self._value
 
 
 @dataclass(frozen=True)
@@ -83,9 +91,33 @@ class Rendered:
     stale: bool
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """One answer of Slurm for one resource."""
+
+    resource: str
+    raw_value: Any = field(repr=False)
+    """The value, or the worker's pickled value: read :attr:`value`."""
+    fetched_at: datetime
+    fetched_mono: float
+    generation: int
+    stale: bool = False
+    error: str | None = None
+    """Why this stale snapshot is served (the failure of the latest query)."""
+    prerendered: tuple[str, tuple[Any, ...], Rendered] | None = field(default=None, repr=False)
+    """(view, build args, bytes) rendered by the refresh worker along with the value."""
+
+    @property
+    def value(self) -> Any:
+        """What Slurm answered (models); unpickled on first use when the worker read it."""
+        raw = self.raw_value
+        return raw.get() if isinstance(raw, _Pickled) else raw
+
+
 @dataclass
 class _Entry:
     fetch: Callable[[], Any]
+    offload: OffloadSpec | None = None
     snapshot: Snapshot | None = None
     inflight: asyncio.Task[Snapshot] | None = None
     last_error: SlurmtowerError | None = None
@@ -126,10 +158,17 @@ class SnapshotCache:
         self._views: dict[str, _View] = {}
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
+        #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
+        self.worker: RefreshWorker | None = None
 
     def register(self, resource: str, fetch: Callable[[], Any]) -> None:
         """Declare a resource and the (blocking) call that reads it from Slurm."""
         self._entries[resource] = _Entry(fetch=fetch)
+
+    def offload(self, spec: OffloadSpec) -> None:
+        """Let the refresh worker read ``spec.resource`` and render its ``spec.view`` too
+        (``spec.build`` must be a module-level function: it is pickled by reference)."""
+        self._entries[spec.resource].offload = spec
 
     @property
     def resources(self) -> list[str]:
@@ -171,7 +210,14 @@ class SnapshotCache:
 
     async def _refresh(self, resource: str, entry: _Entry) -> Snapshot:
         self.queries[resource] += 1
+        worker, spec = self.worker, entry.offload
         try:
+            if worker is not None and spec is not None:
+                worker.start()
+                # A worker still spawning (start-up, after a crash) would delay this round by
+                # its imports: read in a thread meanwhile.
+                if worker.ready:
+                    return self._store(entry, await worker.refresh(spec), spec)
             value = await asyncio.to_thread(entry.fetch)
         except SlurmtowerError as exc:
             entry.last_error, entry.last_error_mono = exc, self.clock()
@@ -186,8 +232,20 @@ class SnapshotCache:
             entry.inflight = None
         entry.generation += 1
         entry.last_error = None
-        snap = Snapshot(resource=resource, value=value, fetched_at=datetime.now(UTC),
+        snap = Snapshot(resource=resource, raw_value=value, fetched_at=datetime.now(UTC),
                         fetched_mono=self.clock(), generation=entry.generation)
+        entry.snapshot = snap
+        return snap
+
+    def _store(self, entry: _Entry, result: Any, spec: OffloadSpec) -> Snapshot:
+        entry.generation += 1
+        entry.last_error = None
+        fetched_mono = self.clock() - result.age
+        rendered = Rendered(body=result.body, gzip=result.gzip, etag=result.etag, fetched_at=result.fetched_at,
+                            fetched_mono=fetched_mono, stale=False)
+        snap = Snapshot(resource=spec.resource, raw_value=_Pickled(result.value), fetched_at=result.fetched_at,
+                        fetched_mono=fetched_mono, generation=entry.generation,
+                        prerendered=(spec.view, spec.args, rendered))
         entry.snapshot = snap
         return snap
 
@@ -232,16 +290,21 @@ class SnapshotCache:
         state = self._views.setdefault(view, _View())
         if state.key == key and state.rendered is not None:
             return state.rendered
+        if len(snapshots) == 1 and not snapshots[0].stale and snapshots[0].prerendered is not None:
+            pre_view, pre_args, pre = snapshots[0].prerendered
+            if pre_view == view and pre_args == args:
+                state.key, state.rendered = key, pre
+                return pre
         async with state.lock:
             if state.key == key and state.rendered is not None:
                 return state.rendered
             oldest = min(snapshots, key=lambda s: s.fetched_mono)
             stale = any(s.stale for s in snapshots)
             errors = [s.error for s in snapshots if s.error]
-            values = [s.value for s in snapshots]
 
             def work() -> Rendered:
-                return _render(build(*values, *args), oldest, stale, errors)
+                # .value may unpickle a worker's value: also off the event loop.
+                return _render(build(*[s.value for s in snapshots], *args), oldest, stale, errors)
 
             # Large views (thousands of jobs) take tens of ms to serialize and compress:
             # keep them off the event loop.
@@ -257,14 +320,7 @@ def _retrieve(task: asyncio.Task[Snapshot]) -> None:
 
 
 def _render(payload: dict[str, Any], oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
-    data = to_json(payload)
-    etag = 'W/"' + hashlib.blake2b(data, digest_size=12).hexdigest() + ('-s"' if stale else '"')
-    meta: dict[str, Any] = {"fetched_at": oldest.fetched_at, "stale": stale}
-    if stale:
-        meta["stale_reason"] = errors[0] if errors else "slurmctld did not answer"
-    head = to_json(meta)
-    body = head[:-1] + (b"," + data[1:] if data != b"{}" else b"}")
-    packed = gzip.compress(body, compresslevel=6, mtime=0) if len(body) >= _GZIP_MIN_BYTES else None
+    body, packed, etag = render_bytes(to_json(payload), oldest.fetched_at, stale, errors[0] if errors else None)
     return Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
                     fetched_mono=oldest.fetched_mono, stale=stale)
 

@@ -76,7 +76,10 @@ class Services:
     def from_settings(cls, settings: Settings) -> Services:
         from slurmtower.api.metrics_hook import slurm_call_observer
 
-        return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]))
+        services = cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]))
+        # The client is the one these settings make (a refresh worker may build its twin).
+        services.extras["client_from_settings"] = True
+        return services
 
 
 def get_services(request: Request) -> Services:

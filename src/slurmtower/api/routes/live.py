@@ -17,6 +17,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
 from slurmtower.api.cache import FastReads, SnapshotCache, respond, services_of, shared_cache, strict_query
+from slurmtower.api.metrics_hook import slurm_call_observer
+from slurmtower.api.offload import OffloadSpec, RefreshWorker
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services
 from slurmtower.models import ControllerStats, Job, JobState, Node, Partition
@@ -34,6 +36,8 @@ __all__ = [
     "build_usage",
     "router",
     "setup",
+    "shutdown",
+    "startup",
     "visible_jobs",
     "visible_nodes",
     "visible_partitions",
@@ -237,6 +241,26 @@ _READ = require(Perm.READ)
 def setup(services: Services, app: FastAPI) -> None:
     cache = shared_cache(services)
     app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency)
+    hidden = _hidden(services)
+    cache.offload(OffloadSpec(resource="jobs", method="jobs", view="queue", build=_queue, args=(hidden,)))
+    cache.offload(OffloadSpec(resource="nodes", method="nodes", view="nodes", build=_nodes, args=(hidden,)))
+
+
+async def startup(services: Services) -> None:
+    settings = services.settings
+    # Only when the client is the one the settings make: the worker builds its own twin.
+    if settings.api.refresh_in_subprocess and services.extras.get("client_from_settings"):
+        worker = RefreshWorker(settings, report=slurm_call_observer,
+                               timeout=max(60.0, 2 * settings.slurm.command_timeout))
+        worker.start()
+        shared_cache(services).worker = worker
+
+
+async def shutdown(services: Services) -> None:
+    cache = shared_cache(services)
+    worker, cache.worker = cache.worker, None
+    if worker is not None:
+        await worker.close()
 
 
 def _cache(services: Services) -> SnapshotCache:

@@ -1,0 +1,258 @@
+"""Snapshot refreshes in a worker process, outside the serving process's GIL.
+
+Reading 2,000 jobs from Slurm costs about a second of Python in the reading process
+(``squeue --json`` -> adapters -> models -> JSON -> gzip). In a thread of the serving
+process that work holds the GIL in long stretches and stalls the event loop that answers
+cached reads, so tail latency grows with the queue. A :class:`RefreshWorker` runs the whole
+round (Slurm call, parse, filter, serialize, gzip) in one spawned process, reused for every
+round, and hands back the rendered bytes, the value pickled (unpickled lazily, only if a
+reader of the value such as ``/usage`` asks for it) and the Slurm calls it made, which the
+parent replays into its metrics.
+
+A worker that dies or hangs fails that round (:class:`SlurmUnavailable`: a 503, or the stale
+snapshot with ``api.serve_stale``); the next round starts a new worker and, until it runs,
+reads in a thread of the serving process as without a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from slurmtower.errors import SlurmtowerError, SlurmUnavailable
+from slurmtower.settings import Settings
+
+__all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "render_bytes"]
+
+log = logging.getLogger(__name__)
+
+#: Bodies smaller than this are not worth compressing.
+GZIP_MIN_BYTES = 512
+
+CallRecord = tuple[str, float, bool]
+
+
+@dataclass(frozen=True)
+class OffloadSpec:
+    """What the worker does for one resource: ``build(client.<method>(), *args)``, rendered.
+
+    ``build`` must be a module-level function (it is pickled by reference).
+    """
+
+    resource: str
+    method: str
+    view: str
+    build: Callable[..., dict[str, Any]]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    """One round's result as it crosses the process boundary (bytes only, cheap to unpickle)."""
+
+    calls: list[CallRecord] = field(default_factory=list)
+    error: bytes | None = None
+    """The pickled :class:`SlurmtowerError` the round raised."""
+    value: bytes = b""
+    """The pickled value (the parent unpickles it only when asked)."""
+    body: bytes = b""
+    gzip: bytes | None = None
+    etag: str = ""
+    fetched_at: datetime | None = None
+    age: float = 0.0
+    """Seconds from the end of the Slurm call to the end of the round."""
+
+
+def render_bytes(data: bytes, fetched_at: datetime, stale: bool,
+                 stale_reason: str | None) -> tuple[bytes, bytes | None, str]:
+    """Body, gzip (None when small) and weak ETag of a view whose payload serializes to ``data``.
+
+    The ETag covers the payload only, not ``fetched_at``: a refresh that changes nothing keeps it.
+    """
+    import gzip
+    import hashlib
+
+    from pydantic_core import to_json
+
+    etag = 'W/"' + hashlib.blake2b(data, digest_size=12).hexdigest() + ('-s"' if stale else '"')
+    meta: dict[str, Any] = {"fetched_at": fetched_at, "stale": stale}
+    if stale:
+        meta["stale_reason"] = stale_reason or "slurmctld did not answer"
+    head = to_json(meta)
+    body = head[:-1] + (b"," + data[1:] if data != b"{}" else b"}")
+    packed = gzip.compress(body, compresslevel=6, mtime=0) if len(body) >= GZIP_MIN_BYTES else None
+    return body, packed, etag
+
+
+# -- the worker process's side --------------------------------------------------------------
+_client: Any = None
+_calls: list[CallRecord] = []
+
+
+def _record(kind: str, seconds: float, ok: bool) -> None:
+    _calls.append((kind, seconds, ok))
+
+
+def _init_worker(settings: Settings) -> None:
+    global _client
+    # The parent shuts the worker down in its lifespan; a Ctrl-C on the terminal's process
+    # group must not kill a round half-way.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from slurmtower.slurm import make_client
+
+    _client = make_client(settings, observers=[_record])
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _pickled_error(exc: SlurmtowerError) -> bytes:
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)  # noqa: S301 - the bytes just made
+    except Exception:  # an error that does not survive pickling: keep its class' meaning
+        blob = pickle.dumps(SlurmUnavailable(exc.message))
+    return blob
+
+
+def _run(spec: OffloadSpec) -> Offloaded:
+    from pydantic_core import to_json
+
+    _calls.clear()
+    try:
+        value = getattr(_client, spec.method)()
+    except SlurmtowerError as exc:
+        return Offloaded(calls=list(_calls), error=_pickled_error(exc))
+    except Exception as exc:
+        log.exception("reading %s from Slurm failed", spec.resource)
+        err = SlurmUnavailable(f"reading {spec.resource} from Slurm failed: {type(exc).__name__}",
+                               resource=spec.resource)
+        return Offloaded(calls=list(_calls), error=pickle.dumps(err))
+    fetched_at, done = datetime.now(UTC), time.monotonic()
+    body, packed, etag = render_bytes(to_json(spec.build(value, *spec.args)), fetched_at, False, None)
+    return Offloaded(calls=list(_calls), value=pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
+                     body=body, gzip=packed, etag=etag, fetched_at=fetched_at, age=time.monotonic() - done)
+
+
+# -- the serving process's side -------------------------------------------------------------
+class RefreshWorker:
+    """One spawned worker process that runs snapshot refreshes, restarted after a crash.
+
+    Args:
+        settings: the settings the worker builds its own Slurm client from (the same client
+            the serving process would build).
+        report: receives every Slurm call the worker made, ``(kind, seconds, ok)``.
+        timeout: a round that takes longer fails, and the worker is killed and replaced.
+    """
+
+    def __init__(self, settings: Settings, *, report: Callable[[str, float, bool], None],
+                 timeout: float) -> None:
+        self.settings = settings
+        self.report = report
+        self.timeout = timeout
+        self._pool: ProcessPoolExecutor | None = None
+        self._pid: Future[int] | None = None
+        self.rounds = 0
+        self.restarts = -1
+
+    def start(self) -> None:
+        """Spawn the worker now (its imports take a second), without waiting for it."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self.settings,))
+            self._pid = self._pool.submit(_pid)
+            self._pid.add_done_callback(_ignore)
+            self.restarts += 1
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id, once it runs."""
+        fut = self._pid
+        if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    @property
+    def ready(self) -> bool:
+        """True once the worker process has started and answered."""
+        return self.pid is not None
+
+    async def refresh(self, spec: OffloadSpec) -> Offloaded:
+        """Run one round for ``spec`` in the worker.
+
+        Raises the :class:`SlurmtowerError` of the round, or :class:`SlurmUnavailable` when the
+        worker died or did not finish within ``timeout``.
+        """
+        self.start()
+        assert self._pool is not None
+        pool = self._pool
+        try:
+            fut = pool.submit(_run, spec)
+        except (BrokenProcessPool, RuntimeError):
+            self._discard(pool)
+            self.start()
+            assert self._pool is not None
+            pool = self._pool
+            fut = pool.submit(_run, spec)
+        self.rounds += 1
+        try:
+            result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=self.timeout)
+        except TimeoutError:
+            log.error("the refresh worker took more than %g s for %s: replacing it", self.timeout, spec.resource)
+            self._discard(pool, kill=True)
+            raise SlurmUnavailable(f"reading {spec.resource} took more than {self.timeout:g} s",
+                                   resource=spec.resource) from None
+        except BrokenProcessPool:
+            log.error("the refresh worker died while reading %s: starting a new one", spec.resource)
+            self._discard(pool)
+            raise SlurmUnavailable(f"the worker reading {spec.resource} from Slurm died",
+                                   resource=spec.resource) from None
+        for call in result.calls:
+            self.report(*call)
+        if result.error is not None:
+            err = pickle.loads(result.error)  # noqa: S301 - our own worker's bytes
+            assert isinstance(err, SlurmtowerError)
+            raise err
+        return result
+
+    def _discard(self, pool: ProcessPoolExecutor, *, kill: bool = False) -> None:
+        if self._pool is not pool:
+            return
+        pid = self.pid
+        self._pool, self._pid = None, None
+        if kill and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    async def close(self) -> None:
+        """Stop the worker (waits for a running round, at most a few seconds, then kills it)."""
+        pool, pid = self._pool, self.pid
+        self._pool, self._pid = None, None
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True), 5)
+        except TimeoutError:
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.to_thread(pool.shutdown, wait=True)
+
+
+def _ignore(fut: Future[int]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,168 @@
+"""The job queue read and rendered by a worker process (``api.refresh_in_subprocess``): same
+answers as squeue, the worker's Slurm calls in the parent's metrics, a dead or hung worker
+fails one round (503 or stale) and is replaced, and shutdown leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from slurmtower.api import create_app
+from slurmtower.api.cache import SnapshotCache
+from slurmtower.devcluster import DevCluster
+from slurmtower.settings import Settings
+
+from .api_server import running
+from .conftest import sh, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture()
+def held(devcluster: DevCluster) -> Iterator[list[int]]:
+    ids = [int(sh("sbatch", "--parsable", "--hold", "-J", f"offload-{i}", "-o", "/dev/null", "-D", "/tmp",
+                  "--wrap", "true").strip().split(";")[0]) for i in range(3)]
+    yield ids
+    subprocess.run(["scancel", *map(str, ids)], capture_output=True, check=False)
+
+
+def configure(settings: Settings, *, interval: float = 0.5, stale: bool = False) -> Settings:
+    settings.api.refresh_interval = interval
+    settings.api.serve_stale = stale
+    settings.auth.anonymous_read = True
+    settings.archiver.archive_usage_load = False
+    settings.events.sensor_enabled = False
+    return settings
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (reaped by its parent's executor later).
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def worker_pid(cache: SnapshotCache) -> int:
+    assert cache.worker is not None
+    return wait_for(lambda: cache.worker.pid if cache.worker is not None else None, 30,
+                    what="the refresh worker to run")
+
+
+def test_queue_is_read_by_the_worker_and_matches_squeue(settings: Settings, held: list[int]) -> None:
+    app = create_app(configure(settings, interval=30))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        pid = worker_pid(cache)
+        assert pid != os.getpid()
+        queue = http.get("/queue")
+        usage = http.get("/usage").json()  # built in the parent from the worker's (pickled) jobs
+        scrape = http.get("/metrics").text
+    assert queue.status_code == 200
+    assert cache.worker is None  # lifespan shutdown
+    body = queue.json()
+    ids = {j["job_id"] for j in body["jobs"]}
+    assert set(held) <= ids
+    assert ids == {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+    assert body["count"] == len(body["jobs"]) and body["stale"] is False
+    assert queue.headers["etag"].startswith('W/"')
+    assert usage["totals"]["cpus_total"] == 8
+    # The parent never runs squeue itself here: these calls are the worker's, replayed.
+    squeue_calls = re.search(r'^slurmtower_slurm_calls_total\{kind="squeue",outcome="ok"\} (\S+)$', scrape, re.M)
+    assert squeue_calls is not None and float(squeue_calls[1]) >= 1
+    assert cache.queries["jobs"] >= 1
+    assert not alive(pid)
+
+
+def test_etag_stays_while_the_queue_does_not_change(settings: Settings, held: list[int]) -> None:
+    app = create_app(configure(settings, interval=0.3))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        worker_pid(cache)
+        first = http.get("/queue")
+        time.sleep(0.8)
+        http.get("/queue")  # starts a refresh ahead
+        wait_for(lambda: cache.queries["jobs"] >= 2 and cache.peek("jobs") is not None
+                 and cache.peek("jobs").generation >= 2, 20, what="a second refresh")  # type: ignore[union-attr]
+        second = http.get("/queue", headers={"If-None-Match": first.headers["etag"]})
+    assert first.status_code == 200
+    assert second.status_code == 304
+
+
+@pytest.mark.parametrize("serve_stale", [False, True], ids=["503", "stale"])
+def test_a_worker_dying_mid_round_fails_that_round_then_is_replaced(settings: Settings, held: list[int],
+                                                                    serve_stale: bool) -> None:
+    app = create_app(configure(settings, interval=0.5, stale=serve_stale))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        pid = worker_pid(cache)
+        assert cache.worker is not None
+        assert http.get("/queue").status_code == 200
+        rounds = cache.worker.rounds
+        time.sleep(1.1)  # past two intervals: the next request waits for the next round
+        os.kill(pid, signal.SIGSTOP)  # freeze it so that it dies in the middle of the round
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(http.get, "/queue")
+            wait_for(lambda: cache.worker is not None and cache.worker.rounds > rounds, 10,
+                     what="the round to start")
+            os.kill(pid, signal.SIGKILL)
+            failed = pending.result(30)
+        if serve_stale:
+            assert failed.status_code == 200
+            assert failed.json()["stale"] is True and failed.headers["x-data-stale"] == "true"
+            assert "died" in failed.json()["stale_reason"]
+        else:
+            assert failed.status_code == 503
+            assert failed.headers["content-type"] == "application/problem+json"
+            assert "died" in failed.json()["detail"]
+        time.sleep(0.6)  # the failed round is not retried within the interval
+        recovered = wait_for(lambda: (r := http.get("/queue")).status_code == 200
+                             and not r.json()["stale"] and r, 30, what="a fresh queue")
+        new_pid = worker_pid(cache)
+    assert set(held) <= {j["job_id"] for j in recovered.json()["jobs"]}
+    assert new_pid != pid
+    assert not alive(pid) and not alive(new_pid)
+
+
+def test_a_hung_worker_is_killed_and_the_round_fails(settings: Settings, held: list[int]) -> None:
+    app = create_app(configure(settings, interval=0.5))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        pid = worker_pid(cache)
+        assert cache.worker is not None
+        cache.worker.timeout = 1.5
+        time.sleep(1.1)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            hung = http.get("/queue")
+            waited = time.monotonic() - started
+        finally:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+        assert hung.status_code == 503 and "took more than" in hung.json()["detail"]
+        assert waited < 5
+        wait_for(lambda: not alive(pid), 10, what="the hung worker to be killed")
+        time.sleep(0.6)
+        wait_for(lambda: http.get("/queue").status_code == 200, 30, what="a new worker's answer")
+        assert worker_pid(cache) != pid
+
+
+def test_the_setting_off_keeps_the_refresh_in_process(settings: Settings, held: list[int]) -> None:
+    settings.api.refresh_in_subprocess = False
+    app = create_app(configure(settings, interval=30))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        assert cache.worker is None
+        body = http.get("/queue").json()
+    assert set(held) <= {j["job_id"] for j in body["jobs"]}
+    assert cache.queries["jobs"] == 1
