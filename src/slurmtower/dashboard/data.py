@@ -30,7 +30,7 @@ async def cluster_view(services: Services) -> ClusterView:
     cache = shared_cache(services)
     nodes = await cache.get("nodes")
     jobs = await cache.get("jobs")
-    return ClusterView(nodes=list(nodes.value), jobs=list(jobs.value),
+    return ClusterView(nodes=list(await nodes.load()), jobs=list(await jobs.load()),
                        fetched_at=min(nodes.fetched_at, jobs.fetched_at), stale=nodes.stale or jobs.stale)
 
 
