@@ -76,9 +76,9 @@ async def _http_problem(_request: Request, exc: Exception) -> JSONResponse:
     }, getattr(exc, "headers", None))
 
 
-def _route_modules() -> list[Any]:
+def _route_modules(names: tuple[str, ...]) -> list[Any]:
     modules = []
-    for name in ROUTE_MODULES:
+    for name in names:
         try:
             modules.append(importlib.import_module(f"slurmtower.api.routes.{name}"))
         except ModuleNotFoundError as exc:
@@ -87,13 +87,20 @@ def _route_modules() -> list[Any]:
     return modules
 
 
-def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
-    """Build the application. Pass ``services`` to share objects with tests."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    services: Services | None = None,
+    route_modules: tuple[str, ...] = ROUTE_MODULES,
+    title: str = "slurmtower",
+) -> FastAPI:
+    """Build the application. Pass ``services`` to share objects with tests; ``route_modules``
+    picks a subset of :data:`ROUTE_MODULES` (``slurmtower sensor`` serves only ``events``)."""
     if services is None:
         if settings is None:
             raise ValueError("create_app needs settings or services")
         services = Services.from_settings(settings)
-    modules = _route_modules()
+    modules = _route_modules(route_modules)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -114,7 +121,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                     await shutdown(services)
 
     app = FastAPI(
-        title="slurmtower",
+        title=title,
         version=__version__,
         description="A control tower for Slurm clusters: live state, job history, actions, node events.",
         lifespan=lifespan,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -145,36 +143,9 @@ def rules_check(
 
 
 def _sensor_app(settings: Settings) -> Any:
-    from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from slurmtower.api.app import create_app
 
-    from slurmtower.api.app import _http_problem, _problem, _validation_problem
-    from slurmtower.api.routes import events as routes
-    from slurmtower.api.services import Services
-    from slurmtower.errors import SlurmtowerError
-
-    services = Services.from_settings(settings)
-    routes.setup(services)
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        for task in services.background:
-            task.start()
-        try:
-            yield
-        finally:
-            for task in reversed(services.background):
-                await task.stop()
-
-    sensor_app = FastAPI(title="slurmtower sensor", lifespan=lifespan)
-    sensor_app.state.services = services
-    # The same translators as the API: errors become problems in one place.
-    sensor_app.add_exception_handler(SlurmtowerError, _problem)
-    sensor_app.add_exception_handler(RequestValidationError, _validation_problem)
-    sensor_app.add_exception_handler(StarletteHTTPException, _http_problem)
-    sensor_app.include_router(routes.router)
-    return sensor_app
+    return create_app(settings, route_modules=("events",), title="slurmtower sensor")
 
 
 @app.command("sensor")
