@@ -22,16 +22,15 @@ __all__ = ["CallObserver", "CommandResult", "CommandRunner", "classify_failure"]
 #: its first sub-command word (``scontrol show``, ``sinfo``), for metrics on controller load.
 CallObserver = Callable[[str, float, bool], None]
 
-# Messages by which Slurm's clients say the controller (or slurmdbd) could not be reached.
+# Messages by which Slurm's clients say the controller (or slurmdbd) could not be reached,
+# e.g. "slurm_load_node error: Unable to contact slurm controller (connect failure)".
 _UNAVAILABLE_MARKERS = (
-    "unable to contact slurm controller",
-    "slurm_load_",  # e.g. "slurm_load_node error: Unable to contact slurm controller"
+    "unable to contact",
     "connection refused",
     "socket timed out",
     "zero bytes were transmitted",
     "unable to establish a connection",
     "communication connection failure",
-    "slurmdbd: connection",
 )
 
 
@@ -50,14 +49,7 @@ def classify_failure(argv: Sequence[str], returncode: int, stderr: str) -> Slurm
     if not message:
         message = f"{argv[0]} exited with status {returncode}"
     low = message.lower()
-    unavailable = any(m in low for m in _UNAVAILABLE_MARKERS) and (
-        "unable to contact" in low
-        or "connection refused" in low
-        or "socket timed out" in low
-        or "zero bytes" in low
-        or "unable to establish" in low
-        or "communication connection failure" in low
-    )
+    unavailable = any(m in low for m in _UNAVAILABLE_MARKERS)
     cls: type[SlurmError] = SlurmUnavailable if unavailable else SlurmRequestError
     return cls(message, argv=list(argv), returncode=returncode, stderr=stderr)
 
