@@ -18,8 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -359,20 +358,15 @@ class DevCluster:
             if target.exists() and Path(f"/etc/alternatives/{name}").exists():
                 self.runner.run(["update-alternatives", "--set", name, str(target)], check=False)
 
-    @staticmethod
-    def _installed(package: str) -> bool:
-        proc = subprocess.run(  # noqa: S603
-            ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
-        )
-        return proc.returncode == 0 and "install ok installed" in proc.stdout
+    def _installed(self, package: str) -> bool:
+        res = self.runner.run(["dpkg-query", "-W", "-f=${Status}", package], timeout=30, check=False)
+        return res.returncode == 0 and "install ok installed" in res.stdout
 
     def _system_mariadb_alive(self) -> bool:
         if not shutil.which("mariadb-admin"):
             return False
-        proc = subprocess.run(  # noqa: S603
-            ["mariadb-admin", "--connect-timeout=2", "ping"], capture_output=True, text=True, check=False
-        )
-        return proc.returncode == 0
+        res = self.runner.run(["mariadb-admin", "--connect-timeout=2", "ping"], timeout=15, check=False)
+        return res.returncode == 0
 
     def _wipe(self) -> None:
         for sub in ("state", "spool", "log", "run", "mysql"):
@@ -551,7 +545,7 @@ serve_index = true
             entries.append(f'[[auth.tokens]]\nname = "demo-{role}"\nrole = "{role}"\nsha256 = "{digest}"\n')
         return "\n# demo principals; their tokens are in demo-tokens.json (0600)\n" + "\n".join(entries)
 
-    def _spawn_daemon(self, argv: list[str], **kwargs: object) -> None:
+    def _spawn_daemon(self, argv: list[str]) -> None:
         """Start a self-daemonising Slurm daemon with a clean environment."""
         proc = subprocess.run(  # noqa: S603
             argv, env=self.slurm_env(), capture_output=True, text=True, timeout=60, check=False, cwd="/",
@@ -737,10 +731,3 @@ serve_index = true
     def _check_node(self, node: str) -> None:
         if node not in NODES:
             raise DevClusterError(f"unknown node {node!r}: the devcluster has {', '.join(NODES)}")
-
-
-@contextmanager
-def _timer(label: str, log: Callable[[str], None]) -> Iterator[None]:
-    t0 = time.monotonic()
-    yield
-    log(f"{label}: {time.monotonic() - t0:.2f} s")
