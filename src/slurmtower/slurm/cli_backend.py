@@ -28,7 +28,7 @@ from slurmtower.models import (
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities, select_nodes
-from slurmtower.slurm.runner import CommandRunner
+from slurmtower.slurm.runner import CommandRunner, classify_failure
 
 __all__ = ["CliSlurmClient"]
 
@@ -168,8 +168,6 @@ class CliSlurmClient:
             low = res.stderr.lower()
             if "invalid job id" in low:
                 return []
-            from slurmtower.slurm.runner import classify_failure
-
             raise classify_failure(res.argv, res.returncode, res.stderr)
         ids: list[int] = []
         for line in res.stdout.split():
@@ -210,8 +208,6 @@ class CliSlurmClient:
         if res.returncode != 0 and "no triggers" in (res.stderr + res.stdout).lower():
             return []
         if res.returncode != 0:
-            from slurmtower.slurm.runner import classify_failure
-
             raise classify_failure(res.argv, res.returncode, res.stderr)
         return ad.parse_triggers_text(res.stdout)
 
