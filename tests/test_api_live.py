@@ -227,7 +227,9 @@ def test_responses_carry_age_etag_and_gzip(settings: Settings) -> None:
 
 
 @pytest.mark.parametrize(("url", "param"), [
-    ("/queue?user=alice", "user"), ("/nodes?state=idle", "state"), ("/partitions?x=1", "x"),
+    ("/queue?user=", "user"), ("/queue?limit=0", "limit"), ("/queue?state=BOGUS", "state"),
+        ("/queue?cursor=abc", "cursor"), ("/queue?nodes=n[1-", "nodes"), ("/queue?users=alice", "users"),
+        ("/nodes?state=idle2", "state"), ("/nodes?limit=x", "limit"), ("/nodes?nodes=n[", "nodes"), ("/partitions?x=1", "x"),
     ("/stats?all=1", "all"), ("/usage?partition=debug", "partition"), ("/load?time=abc", "time"),
     ("/load?offset=-1", "offset"), ("/load?time<=5", "time"), ("/load?time=0", "time"),
     ("/load?since=1", "since"),

@@ -76,7 +76,13 @@ class ApiSettings(_Section):
     port: int = Field(default=8642, ge=1, le=65535)
     serve_index: bool = False
     refresh_interval: float = Field(default=2.0, gt=0)
-    """At most one Slurm query per resource per this many seconds, whatever the client count."""
+    """At most one Slurm query per resource per this many seconds, whatever the client count
+    (the shortest interval: it grows when refreshing costs more than ``refresh_cpu_share``)."""
+    refresh_cpu_share: float = Field(default=0.25, ge=0, le=4)
+    """The share of one core that refreshing every live resource once per interval may cost;
+    when the measured rounds cost more (a big queue), the interval grows so they don't. 0: fixed."""
+    max_refresh_interval: float = Field(default=60.0, gt=0)
+    """The interval never grows past this many seconds, whatever refreshing costs."""
     slurm_wait: float = Field(default=10.0, gt=0)
     """How long a request waits for Slurm before answering 503."""
     serve_stale: bool = False

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -43,7 +42,7 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic_core import to_json
 
-from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
+from slurmtower.api.offload import OffloadSpec, RefreshWorker, cpu_now, render_bytes
 from slurmtower.api.services import Services
 from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
 
@@ -59,24 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class _Pickled:
-    """A value that came pickled from the refresh worker, unpickled once on first use."""
-
-    __slots__ = ("_blob", "_lock", "_value")
-
-    def __init__(self, blob: bytes) -> None:
-        self._blob: bytes | None = blob
-        self._value: Any = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Any:
-        with self._lock:
-            if self._blob is not None:
-                self._value = pickle.loads(self._blob)  # noqa: S301 - our own worker's bytes
-                self._blob = None
-            return self._value
 
 
 @dataclass(frozen=True)
@@ -96,29 +77,18 @@ class Snapshot:
     """One answer of Slurm for one resource."""
 
     resource: str
-    raw_value: Any = field(repr=False)
-    """The value, or the worker's pickled value: read :attr:`value`."""
+    value: Any = field(repr=False)
+    """What Slurm answered: models, or a compact table (:class:`~slurmtower.models.table.JobTable`)."""
     fetched_at: datetime
     fetched_mono: float
     generation: int
     stale: bool = False
     error: str | None = None
     """Why this stale snapshot is served (the failure of the latest query)."""
-    prerendered: tuple[str, tuple[Any, ...], Rendered] | None = field(default=None, repr=False)
-    """(view, build args, bytes) rendered by the refresh worker along with the value."""
-
-    @property
-    def value(self) -> Any:
-        """What Slurm answered (models); unpickled on first use when the worker read it."""
-        raw = self.raw_value
-        return raw.get() if isinstance(raw, _Pickled) else raw
 
     async def load(self) -> Any:
-        """:attr:`value` for async code: a worker's value is unpickled in a thread, so the
-        event loop keeps serving cached bytes meanwhile (2000 jobs take ~60-120 ms)."""
-        if isinstance(self.raw_value, _Pickled):
-            return await asyncio.to_thread(self.raw_value.get)
-        return self.raw_value
+        """:attr:`value` (kept for async callers written against the lazily unpickled form)."""
+        return self.value
 
 
 @dataclass
@@ -130,6 +100,9 @@ class _Entry:
     last_error: SlurmtowerError | None = None
     last_error_mono: float = 0.0
     generation: int = 0
+    cost: float = 0.0
+    """CPU seconds one refresh costs (a moving average of the measured rounds)."""
+    rounds: int = 0
 
 
 @dataclass
@@ -143,9 +116,13 @@ class SnapshotCache:
     """Snapshots of Slurm resources shared by every request of one process.
 
     Args:
-        refresh_interval: a snapshot younger than this is served without asking Slurm.
+        refresh_interval: a snapshot younger than this is served without asking Slurm (the
+            shortest interval: see :attr:`interval`).
         slurm_wait: how long a request waits for Slurm before giving up.
         serve_stale: on failure or timeout, serve the last snapshot marked stale (else 503).
+        cpu_share: the share of one core that refreshing every resource once per interval
+            may cost; the interval grows past ``refresh_interval`` when the measured rounds
+            cost more (0 disables the adaptation).
         clock: monotonic clock (tests may pass their own).
     """
 
@@ -155,14 +132,19 @@ class SnapshotCache:
         refresh_interval: float,
         slurm_wait: float,
         serve_stale: bool = False,
+        cpu_share: float = 0.25,
+        max_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.refresh_interval = refresh_interval
         self.slurm_wait = slurm_wait
         self.serve_stale = serve_stale
+        self.cpu_share = cpu_share
+        self.max_interval = max(max_interval, refresh_interval)
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
         self._views: dict[str, _View] = {}
+        self._derived: dict[str, tuple[Any, Any]] = {}
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
         #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
@@ -181,6 +163,20 @@ class SnapshotCache:
     def resources(self) -> list[str]:
         return list(self._entries)
 
+    @property
+    def interval(self) -> float:
+        """The refresh interval in force: ``refresh_interval``, or longer when one refresh of
+        every resource costs more than ``cpu_share`` of a core over it (at most
+        ``max_interval``)."""
+        if self.cpu_share <= 0:
+            return self.refresh_interval
+        cost = sum(e.cost for e in self._entries.values())
+        return min(self.max_interval, max(self.refresh_interval, cost / self.cpu_share))
+
+    def cost(self, resource: str) -> float:
+        """CPU seconds one refresh of ``resource`` costs (moving average; 0 before the first)."""
+        return self._entries[resource].cost
+
     def peek(self, resource: str) -> Snapshot | None:
         """The last good snapshot, without asking Slurm."""
         return self._entries[resource].snapshot
@@ -194,15 +190,16 @@ class SnapshotCache:
         entry = self._entries[resource]
         now = self.clock()
         snap = entry.snapshot
-        if snap is not None and now - snap.fetched_mono < self.refresh_interval:
+        interval = self.interval
+        if snap is not None and now - snap.fetched_mono < interval:
             return snap
-        if entry.last_error is not None and now - entry.last_error_mono < self.refresh_interval:
+        if entry.last_error is not None and now - entry.last_error_mono < interval:
             # Slurm failed a moment ago: don't ask again before the interval is over.
             return self._fallback(entry, entry.last_error)
         if entry.inflight is None:
             entry.inflight = asyncio.get_running_loop().create_task(self._refresh(resource, entry))
             entry.inflight.add_done_callback(_retrieve)
-        if snap is not None and now - snap.fetched_mono < 2 * self.refresh_interval:
+        if snap is not None and now - snap.fetched_mono < 2 * interval:
             # Refresh ahead: a snapshot just past its interval is served while the one query
             # runs, so no request waits for Slurm in steady state (X-Data-Age stays honest).
             return snap
@@ -218,14 +215,29 @@ class SnapshotCache:
     async def _refresh(self, resource: str, entry: _Entry) -> Snapshot:
         self.queries[resource] += 1
         worker, spec = self.worker, entry.offload
+        fetched_mono: float | None = None
+        fetched_at: datetime | None = None
         try:
             if worker is not None and spec is not None:
                 worker.start()
-                # A worker still spawning (start-up, after a crash) would delay this round by
-                # its imports: read in a thread meanwhile.
-                if worker.ready:
-                    return self._store(entry, await worker.refresh(spec), spec)
-            value = await asyncio.to_thread(entry.fetch)
+            if worker is not None and spec is not None and worker.ready:
+                # (A worker still spawning would delay this round by its imports: the
+                # round below runs in a thread meanwhile.)
+                result = await worker.refresh(spec, full=entry.snapshot is None)
+                cost = result.cpu_seconds
+                fetched_mono = self.clock() - result.age
+                fetched_at = result.fetched_at
+                if result.unchanged and entry.snapshot is not None:
+                    value = entry.snapshot.value
+                else:
+                    value = await asyncio.to_thread(pickle.loads, result.value)
+            else:
+                cpu0 = cpu_now()
+                value = await asyncio.to_thread(entry.fetch)
+                if spec is not None and spec.transform is not None:
+                    value = spec.transform(value, *spec.args)
+                # Process-wide: other threads' work in the same moment counts too (an upper bound).
+                cost = cpu_now() - cpu0
         except SlurmtowerError as exc:
             entry.last_error, entry.last_error_mono = exc, self.clock()
             raise
@@ -237,22 +249,14 @@ class SnapshotCache:
             raise err from exc
         finally:
             entry.inflight = None
+        entry.rounds += 1
+        # A moving average, so one slow round (a scheduler pass) does not double the interval.
+        entry.cost = cost if entry.rounds == 1 else 0.7 * entry.cost + 0.3 * cost
         entry.generation += 1
         entry.last_error = None
-        snap = Snapshot(resource=resource, raw_value=value, fetched_at=datetime.now(UTC),
-                        fetched_mono=self.clock(), generation=entry.generation)
-        entry.snapshot = snap
-        return snap
-
-    def _store(self, entry: _Entry, result: Any, spec: OffloadSpec) -> Snapshot:
-        entry.generation += 1
-        entry.last_error = None
-        fetched_mono = self.clock() - result.age
-        rendered = Rendered(body=result.body, gzip=result.gzip, etag=result.etag, fetched_at=result.fetched_at,
-                            fetched_mono=fetched_mono, stale=False)
-        snap = Snapshot(resource=spec.resource, raw_value=_Pickled(result.value), fetched_at=result.fetched_at,
-                        fetched_mono=fetched_mono, generation=entry.generation,
-                        prerendered=(spec.view, spec.args, rendered))
+        snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at or datetime.now(UTC),
+                        fetched_mono=fetched_mono if fetched_mono is not None else self.clock(),
+                        generation=entry.generation)
         entry.snapshot = snap
         return snap
 
@@ -261,12 +265,24 @@ class SnapshotCache:
             return replace(entry.snapshot, stale=True, error=exc.message)
         raise exc
 
+    async def derive(self, name: str, snapshot: Snapshot, build: Callable[..., Any], *args: Any) -> Any:
+        """``build(snapshot.value, *args)``, computed once per snapshot (in a thread) and kept
+        until the next one: e.g. the indexed node table the ``/nodes`` filters read."""
+        key = (snapshot.resource, snapshot.generation, args)
+        found = self._derived.get(name)
+        if found is not None and found[0] == key:
+            return found[1]
+        value = await asyncio.to_thread(build, snapshot.value, *args)
+        self._derived[name] = (key, value)
+        return value
+
     def fresh_view(self, view: str, resources: Sequence[str]) -> Rendered | None:
         """The rendered ``view`` if it was built from the current, fresh snapshots, else None."""
         state = self._views.get(view)
         if state is None or state.rendered is None or state.key is None:
             return None
         now = self.clock()
+        interval = self.interval
         built = state.key[0]
         if len(built) != len(resources):
             return None
@@ -276,8 +292,7 @@ class SnapshotCache:
                     or entry.generation != generation or entry.last_error is not None):
                 return None
             age = now - entry.snapshot.fetched_mono
-            if age >= self.refresh_interval and not (entry.inflight is not None
-                                                     and age < 2 * self.refresh_interval):
+            if age >= interval and not (entry.inflight is not None and age < 2 * interval):
                 return None
         return state.rendered
 
@@ -285,23 +300,19 @@ class SnapshotCache:
         self,
         view: str,
         snapshots: Sequence[Snapshot],
-        build: Callable[..., dict[str, Any]],
+        build: Callable[..., dict[str, Any] | bytes],
         *args: Any,
     ) -> Rendered:
         """The JSON (and gzip) bytes of ``build(*values, *args)``, built once per snapshot set.
 
-        ``build`` gets the snapshots' values and returns a JSON-able dict (models allowed);
-        ``fetched_at`` (the oldest snapshot's) and ``stale`` are added to it.
+        ``build`` gets the snapshots' values and returns a JSON-able dict (models allowed) or
+        the JSON of one object already serialized (bytes); ``fetched_at`` (the oldest
+        snapshot's) and ``stale`` are added to it.
         """
         key = (tuple((s.resource, s.generation, s.stale) for s in snapshots), args)
         state = self._views.setdefault(view, _View())
         if state.key == key and state.rendered is not None:
             return state.rendered
-        if len(snapshots) == 1 and not snapshots[0].stale and snapshots[0].prerendered is not None:
-            pre_view, pre_args, pre = snapshots[0].prerendered
-            if pre_view == view and pre_args == args:
-                state.key, state.rendered = key, pre
-                return pre
         async with state.lock:
             if state.key == key and state.rendered is not None:
                 return state.rendered
@@ -310,7 +321,6 @@ class SnapshotCache:
             errors = [s.error for s in snapshots if s.error]
 
             def work() -> Rendered:
-                # .value may unpickle a worker's value: also off the event loop.
                 return _render(build(*[s.value for s in snapshots], *args), oldest, stale, errors)
 
             # Large views (thousands of jobs) take tens of ms to serialize and compress:
@@ -326,8 +336,9 @@ def _retrieve(task: asyncio.Task[Snapshot]) -> None:
         task.exception()
 
 
-def _render(payload: dict[str, Any], oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
-    body, packed, etag = render_bytes(to_json(payload), oldest.fetched_at, stale, errors[0] if errors else None)
+def _render(payload: dict[str, Any] | bytes, oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
+    data = payload if isinstance(payload, bytes) else to_json(payload)
+    body, packed, etag = render_bytes(data, oldest.fetched_at, stale, errors[0] if errors else None)
     return Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
                     fetched_mono=oldest.fetched_mono, stale=stale)
 
@@ -394,9 +405,10 @@ def shared_cache(services: Services) -> SnapshotCache:
     if cache is None:
         api = services.settings.api
         cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
-                              serve_stale=api.serve_stale)
+                              serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
+                              max_interval=api.max_refresh_interval)
         client = services.client
-        cache.register("jobs", client.jobs)
+        cache.register("jobs", client.job_table)
         cache.register("nodes", client.nodes)
         cache.register("partitions", client.partitions)
         cache.register("stats", client.stats)

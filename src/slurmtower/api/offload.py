@@ -1,13 +1,13 @@
 """Snapshot refreshes in a worker process, outside the serving process's GIL.
 
-Reading 2,000 jobs from Slurm costs about a second of Python in the reading process
-(``squeue --json`` -> adapters -> models -> JSON -> gzip). In a thread of the serving
-process that work holds the GIL in long stretches and stalls the event loop that answers
-cached reads, so tail latency grows with the queue. A :class:`RefreshWorker` runs the whole
-round (Slurm call, parse, filter, serialize, gzip) in one spawned process, reused for every
-round, and hands back the rendered bytes, the value pickled (unpickled lazily, only if a
-reader of the value such as ``/usage`` asks for it) and the Slurm calls it made, which the
-parent replays into its metrics.
+Parsing a big answer of Slurm (the queue's changed lines, thousands of nodes) is Python
+work that, in a thread of the serving process, holds the GIL in long stretches and stalls
+the event loop that answers cached reads. A :class:`RefreshWorker` runs the round (Slurm
+call, parse, visibility) in one spawned process, reused for every round, and hands back the
+value pickled (a compact :class:`~slurmtower.models.table.JobTable` for the queue), or
+"unchanged" when Slurm printed what it printed last time, with the CPU time the round cost
+(its own and its commands': the cache adapts its interval to it) and the Slurm calls it
+made, which the parent replays into its metrics.
 
 A worker that dies or hangs fails that round (:class:`SlurmUnavailable`: a 503, or the stale
 snapshot with ``api.serve_stale``); the next round starts a new worker and, until it runs,
@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable
 from slurmtower.settings import Settings
 
-__all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "render_bytes"]
+__all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "cpu_now", "render_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,15 @@ CallRecord = tuple[str, float, bool]
 
 @dataclass(frozen=True)
 class OffloadSpec:
-    """What the worker does for one resource: ``build(client.<method>(), *args)``, rendered.
+    """What the worker does for one resource: ``transform(client.<method>(), *args)``.
 
-    ``build`` must be a module-level function (it is pickled by reference).
+    ``transform`` (e.g. hiding partitions) must be a module-level function (it is pickled by
+    reference); ``None`` keeps the value as read.
     """
 
     resource: str
     method: str
-    view: str
-    build: Callable[..., dict[str, Any]]
+    transform: Callable[..., Any] | None = None
     args: tuple[Any, ...] = ()
 
 
@@ -66,13 +67,21 @@ class Offloaded:
     error: bytes | None = None
     """The pickled :class:`SlurmtowerError` the round raised."""
     value: bytes = b""
-    """The pickled value (the parent unpickles it only when asked)."""
-    body: bytes = b""
-    gzip: bytes | None = None
-    etag: str = ""
+    """The pickled value; empty when :attr:`unchanged`."""
+    unchanged: bool = False
+    """Slurm's answer was the same as the previous round's: keep the value you have."""
     fetched_at: datetime | None = None
     age: float = 0.0
     """Seconds from the end of the Slurm call to the end of the round."""
+    cpu_seconds: float = 0.0
+    """CPU time the round cost: the worker's own and its Slurm commands'."""
+
+
+def cpu_now() -> float:
+    """CPU seconds used so far by this process and its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def render_bytes(data: bytes, fetched_at: datetime, stale: bool,
@@ -128,23 +137,33 @@ def _pickled_error(exc: SlurmtowerError) -> bytes:
     return blob
 
 
-def _run(spec: OffloadSpec) -> Offloaded:
-    from pydantic_core import to_json
+#: resource -> (the client's last answer, as returned), to tell an unchanged answer.
+_last: dict[str, Any] = {}
 
+
+def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
     _calls.clear()
+    cpu0 = cpu_now()
     try:
-        value = getattr(_client, spec.method)()
+        raw = getattr(_client, spec.method)()
     except SlurmtowerError as exc:
-        return Offloaded(calls=list(_calls), error=_pickled_error(exc))
+        return Offloaded(calls=list(_calls), error=_pickled_error(exc), cpu_seconds=cpu_now() - cpu0)
     except Exception as exc:
         log.exception("reading %s from Slurm failed", spec.resource)
         err = SlurmUnavailable(f"reading {spec.resource} from Slurm failed: {type(exc).__name__}",
                                resource=spec.resource)
-        return Offloaded(calls=list(_calls), error=pickle.dumps(err))
+        return Offloaded(calls=list(_calls), error=pickle.dumps(err), cpu_seconds=cpu_now() - cpu0)
     fetched_at, done = datetime.now(UTC), time.monotonic()
-    body, packed, etag = render_bytes(to_json(spec.build(value, *spec.args)), fetched_at, False, None)
-    return Offloaded(calls=list(_calls), value=pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-                     body=body, gzip=packed, etag=etag, fetched_at=fetched_at, age=time.monotonic() - done)
+    # The client hands back the very object of its previous answer when Slurm printed the
+    # same thing (CliSlurmClient.job_table / node_states): nothing to send again.
+    if not full and spec.resource in _last and _last[spec.resource] is raw:
+        return Offloaded(calls=list(_calls), unchanged=True, fetched_at=fetched_at,
+                         age=time.monotonic() - done, cpu_seconds=cpu_now() - cpu0)
+    _last[spec.resource] = raw
+    value = spec.transform(raw, *spec.args) if spec.transform is not None else raw
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,
+                     cpu_seconds=cpu_now() - cpu0)
 
 
 # -- the serving process's side -------------------------------------------------------------
@@ -190,8 +209,9 @@ class RefreshWorker:
         """True once the worker process has started and answered."""
         return self.pid is not None
 
-    async def refresh(self, spec: OffloadSpec) -> Offloaded:
-        """Run one round for ``spec`` in the worker.
+    async def refresh(self, spec: OffloadSpec, *, full: bool = False) -> Offloaded:
+        """Run one round for ``spec`` in the worker (``full``: send the value even when it did
+        not change, for a caller that has none).
 
         Raises the :class:`SlurmtowerError` of the round, or :class:`SlurmUnavailable` when the
         worker died or did not finish within ``timeout``.
@@ -200,13 +220,13 @@ class RefreshWorker:
         assert self._pool is not None
         pool = self._pool
         try:
-            fut = pool.submit(_run, spec)
+            fut = pool.submit(_run, spec, full)
         except (BrokenProcessPool, RuntimeError):
             self._discard(pool)
             self.start()
             assert self._pool is not None
             pool = self._pool
-            fut = pool.submit(_run, spec)
+            fut = pool.submit(_run, spec, full)
         self.rounds += 1
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=self.timeout)

@@ -12,7 +12,8 @@ from datetime import datetime
 
 from slurmtower.api.cache import shared_cache
 from slurmtower.api.services import Services
-from slurmtower.models import Job, Node, NodeFlag, NodeState
+from slurmtower.models import Node, NodeFlag, NodeState
+from slurmtower.models.table import JobTable
 
 __all__ = ["ClusterView", "NodeView", "cluster_view", "node_view"]
 
@@ -20,7 +21,8 @@ __all__ = ["ClusterView", "NodeView", "cluster_view", "node_view"]
 @dataclass(frozen=True)
 class ClusterView:
     nodes: list[Node]
-    jobs: list[Job]
+    jobs: JobTable
+    """The queue as a compact table (build models only for the rows shown)."""
     fetched_at: datetime
     stale: bool
 
@@ -30,7 +32,7 @@ async def cluster_view(services: Services) -> ClusterView:
     cache = shared_cache(services)
     nodes = await cache.get("nodes")
     jobs = await cache.get("jobs")
-    return ClusterView(nodes=list(await nodes.load()), jobs=list(await jobs.load()),
+    return ClusterView(nodes=list(nodes.value), jobs=jobs.value,
                        fetched_at=min(nodes.fetched_at, jobs.fetched_at), stale=nodes.stale or jobs.stale)
 
 

@@ -9,8 +9,10 @@ Lifecycle (:class:`Sensor`):
    records a ``startup`` observation (transitions that happened while no sensor ran) and
    ``slurm.sensor.trigger.up``.
 2. Every ``events.poll_interval`` seconds (:meth:`Sensor.poll`) and on every authenticated
-   callback (:meth:`Sensor.handle_callback`) it reads all node states once and lets the
-   store diff them against the last stored states *in the same transaction* as it appends
+   callback (:meth:`Sensor.handle_callback`) it reads all node states once (one
+   ``sinfo -O`` that folds nodes sharing a state into one line: a few lines at 5,000 nodes;
+   when Slurm prints what was recorded last, the poll ends there) and lets the store diff
+   them against the last stored states *in the same transaction* as it appends
    the ``slurm.node.state`` events and saves the new states. So a transition is recorded
    exactly once, including those strigger never reports (drain -> resume only fires
    ``reconfig``; ``down -> idle`` after a slurmd restart), and the ones that happened while
@@ -169,6 +171,8 @@ class Sensor:
         self.armed: list[ArmedTrigger] = []
         self.started = False
         self.last_poll: float | None = None
+        #: The node list recorded last (the sensor is the store's only recorder of states).
+        self._recorded: list[Node] | None = None
         self.listeners: list[Callable[[list[Event]], None]] = []
 
     # -- files --------------------------------------------------------------------------
@@ -323,13 +327,20 @@ class Sensor:
 
         Returns the stored events (``extra_events`` first), then runs the rules.
         """
+        extras = list(extra_events)
         with self._observe_lock:
-            nodes = self.client.nodes()
+            nodes = self.client.node_states()
             observed_at = self._clock()
+            if nodes is self._recorded and not extras:
+                # Slurm printed exactly what was recorded last time (the client hands back
+                # the same list): nothing can have changed, skip the store's diff.
+                self.last_poll = time.monotonic()
+                return []
             current = {n.name: snapshot_of(n, self._owner) for n in nodes}
             stored = self.store.record_snapshot(
-                current, source=source, observed_at=observed_at, extra_events=extra_events
+                current, source=source, observed_at=observed_at, extra_events=extras
             )
+            self._recorded = nodes
             self.last_poll = time.monotonic()
         self._notify(stored)
         self.run_rules()

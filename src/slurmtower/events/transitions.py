@@ -18,13 +18,13 @@ A flag that comes and goes between two observations is, by nature, not seen.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from slurmtower.models.event import NODE_STATE, Event, NodeTransition, TransitionKind
+from slurmtower.models.node import node_sort_key
 
 __all__ = ["NodeLike", "NodeSnapshot", "diff_states", "node_sort_key"]
 
@@ -76,12 +76,6 @@ class NodeSnapshot:
         return self.state == other.state and self.flags == other.flags
 
 
-_DIGITS = re.compile(r"(\d+)")
-
-
-def node_sort_key(name: str) -> tuple[Any, ...]:
-    """Natural order for node names: ``n2`` before ``n10``."""
-    return tuple((0, int(p), p) if p.isdigit() else (1, 0, p) for p in _DIGITS.split(name) if p)
 
 
 def _kind(before: NodeSnapshot | None, after: NodeSnapshot | None) -> TransitionKind | None:

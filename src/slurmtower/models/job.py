@@ -200,6 +200,9 @@ class Job(BaseModel):
     tasks: int | None = None
     memory_per_node_mib: int | None = None
     memory_per_cpu_mib: int | None = None
+    memory_mib: int | None = None
+    """Memory of the whole job (its TRES ``mem``): allocated once running, asked while pending.
+    Set by the compact queue read, which does not tell per-CPU from per-node requests."""
     time_limit: timedelta | None = None
     """``None`` means no limit (UNLIMITED) or not known."""
     submit_time: datetime | None = None

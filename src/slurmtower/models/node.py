@@ -15,6 +15,7 @@ __all__ = [
     "NodeFlag",
     "NodeReason",
     "NodeState",
+    "node_sort_key",
     "parse_node_state",
 ]
 
@@ -128,6 +129,13 @@ _SUFFIX_FLAGS: dict[str, str] = {
 }
 
 _SPLIT_RE = re.compile(r"[+,\s]+")
+_DIGITS_RE = re.compile(r"(\d+)")
+
+
+def node_sort_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """Natural order for node names: ``n2`` before ``n10``."""
+    return tuple((0, int(p), p) if p.isdigit() else (1, 0, p) for p in _DIGITS_RE.split(name) if p)
+
 _FLAG_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 

@@ -8,20 +8,35 @@ names leave node partition lists, nodes that belong to hidden partitions only le
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import logging
+import re
 from collections.abc import Collection
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from slurmtower.api.cache import FastReads, SnapshotCache, respond, services_of, shared_cache, strict_query
+from slurmtower.api.cache import (
+    FastReads,
+    Rendered,
+    Snapshot,
+    SnapshotCache,
+    respond,
+    services_of,
+    shared_cache,
+    strict_query,
+)
 from slurmtower.api.metrics_hook import slurm_call_observer
-from slurmtower.api.offload import OffloadSpec, RefreshWorker
+from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services
-from slurmtower.models import ControllerStats, Job, JobState, Node, Partition
+from slurmtower.errors import InvalidInput
+from slurmtower.models import ControllerStats, Job, JobState, Node, NodeFlag, NodeState, Partition
+from slurmtower.models.table import JobTable, NodeTable
 from slurmtower.nodeset import NodeSet
 
 __all__ = [
@@ -34,6 +49,7 @@ __all__ = [
     "UsageResponse",
     "UsageTotals",
     "build_usage",
+    "hide_jobs",
     "router",
     "setup",
     "shutdown",
@@ -59,11 +75,19 @@ class LiveMeta(BaseModel):
 
 class QueueResponse(LiveMeta):
     count: int
+    """Jobs in the queue (with filters: jobs that match, over every page)."""
+    returned: int | None = None
+    """With filters or ``limit``: jobs in this page."""
+    next_cursor: str | None = None
+    """With ``limit``: pass as ``cursor`` for the next page; null on the last one."""
     jobs: list[Job]
+    """Fields Slurm does not report for a job are left out (read as null)."""
 
 
 class NodesResponse(LiveMeta):
     count: int
+    returned: int | None = None
+    next_cursor: str | None = None
     nodes: list[Node]
 
 
@@ -163,6 +187,8 @@ def _job_share(job: Job, node_count: int) -> list[tuple[int, int]]:
             mem = job.memory_per_node_mib
         elif job.memory_per_cpu_mib is not None:
             mem = job.memory_per_cpu_mib * c
+        elif job.memory_mib is not None and node_count:
+            mem = job.memory_mib // node_count + (1 if i < job.memory_mib % node_count else 0)
         else:
             mem = 0
         shares.append((c, mem))
@@ -242,8 +268,9 @@ def setup(services: Services, app: FastAPI) -> None:
     cache = shared_cache(services)
     app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency)
     hidden = _hidden(services)
-    cache.offload(OffloadSpec(resource="jobs", method="jobs", view="queue", build=_queue, args=(hidden,)))
-    cache.offload(OffloadSpec(resource="nodes", method="nodes", view="nodes", build=_nodes, args=(hidden,)))
+    # Hidden partitions leave the queue where it is read, so no view can forget them.
+    cache.offload(OffloadSpec(resource="jobs", method="job_table", transform=hide_jobs, args=(hidden,)))
+    cache.offload(OffloadSpec(resource="nodes", method="nodes"))
 
 
 async def startup(services: Services) -> None:
@@ -271,14 +298,22 @@ def _hidden(services: Services) -> frozenset[str]:
     return frozenset(services.settings.api.hidden_partitions)
 
 
-def _queue(jobs: list[Job], hidden: frozenset[str]) -> dict[str, Any]:
-    shown = visible_jobs(jobs, hidden)
-    return {"count": len(shown), "jobs": shown}
+def hide_jobs(table: JobTable, hidden: frozenset[str]) -> JobTable:
+    """The queue without hidden partitions (runs where the queue is read: the refresh worker)."""
+    return table.hiding(hidden)
+
+
+def _queue(table: JobTable) -> bytes:
+    return b'{"count":%d,"jobs":%s}' % (len(table), table.all_json())
 
 
 def _nodes(nodes: list[Node], hidden: frozenset[str]) -> dict[str, Any]:
     shown = visible_nodes(nodes, hidden)
     return {"count": len(shown), "nodes": shown}
+
+
+def _node_table(nodes: list[Node], hidden: frozenset[str]) -> NodeTable:
+    return NodeTable.from_nodes(visible_nodes(nodes, hidden))
 
 
 def _partitions(partitions: list[Partition], hidden: frozenset[str]) -> dict[str, Any]:
@@ -290,24 +325,190 @@ def _stats(stats: ControllerStats) -> dict[str, Any]:
     return {"stats": stats}
 
 
+# -- filters and paging ---------------------------------------------------------------------
+MAX_LIMIT = 100_000
+_LIST_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
+_NODE_STATE_WORDS: dict[str, str] = {
+    **{s.value: s.value for s in NodeState},
+    **{f.value: f.value for f in NodeFlag},
+    "ALLOC": "ALLOCATED", "MIX": "MIXED", "UNK": "UNKNOWN", "FUTR": "FUTURE", "ERR": "ERROR",
+    "DRAINED": "DRAIN", "DRAINING": "DRAIN", "DRNG": "DRAIN", "NO_RESPOND": "NOT_RESPONDING",
+    "MAINT": "MAINTENANCE", "RESV": "RESERVED", "COMP": "COMPLETING", "POWERED_OFF": "POWERED_DOWN",
+}
+_JOB_STATE_CODES = {"PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "CA": "CANCELLED",
+                    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "BF": "BOOT_FAIL",
+                    "DL": "DEADLINE", "OOM": "OUT_OF_MEMORY", "CG": "COMPLETING", "CF": "CONFIGURING",
+                    "RQ": "REQUEUED", "RH": "REQUEUE_HOLD", "RS": "RESIZING", "RV": "REVOKED",
+                    "SI": "SIGNALING", "SE": "SPECIAL_EXIT", "SO": "STAGE_OUT", "ST": "STOPPED"}
+
+QueueParam = Annotated[str | None, Query(description="Comma-separated values; any of them matches.",
+                                         max_length=4000)]
+LimitParam = Annotated[str | None, Query(description=f"At most this many items (1-{MAX_LIMIT}); "
+                                         "then `next_cursor` gives the next page.")]
+CursorParam = Annotated[str | None, Query(description="`next_cursor` of the previous page.", max_length=400)]
+NodesParam = Annotated[str | None, Query(description="A node set, e.g. `n[1-100]` (jobs: running on any "
+                                         "of them).", max_length=4000)]
+
+
+def _words(params: dict[str, str], name: str) -> list[str] | None:
+    raw = params.get(name)
+    if raw is None:
+        return None
+    words = [w.strip() for w in raw.split(",") if w.strip()]
+    if not words or not all(_LIST_RE.match(w) for w in words):
+        raise InvalidInput(f"{name} must be a comma-separated list of names, not {raw[:60]!r}", param=name)
+    return words
+
+
+def _mapped(params: dict[str, str], name: str, known: dict[str, str]) -> set[str] | None:
+    words = _words(params, name)
+    if words is None:
+        return None
+    out = set()
+    for word in words:
+        value = known.get(word.upper().replace("-", "_"))
+        if value is None:
+            raise InvalidInput(f"{name}: {word[:40]!r} is not a known state "
+                               f"(e.g. {', '.join(sorted(set(known.values()))[:8])} ...)", param=name)
+        out.add(value)
+    return out
+
+
+def _node_set(params: dict[str, str]) -> NodeSet | None:
+    raw = params.get("nodes")
+    if raw is None:
+        return None
+    try:
+        nodes = NodeSet(raw)
+    except InvalidInput as exc:
+        raise InvalidInput(f"nodes: {exc.message}", param="nodes") from exc
+    if not nodes:
+        raise InvalidInput("nodes: empty node set", param="nodes")
+    return nodes
+
+
+def _limit(params: dict[str, str]) -> int | None:
+    raw = params.get("limit")
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise InvalidInput(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:40]!r}", param="limit")
+    return int(raw)
+
+
+def _encode_cursor(kind: str, key: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps([kind, key]).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(params: dict[str, str], kind: str) -> Any:
+    raw = params.get("cursor")
+    if raw is None:
+        return None
+    try:
+        got = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        ok = isinstance(got, list) and len(got) == 2 and got[0] == kind
+        key = got[1] if ok else None
+        ok = ok and (isinstance(key, int) and not isinstance(key, bool) and 0 <= key < 2**63 if kind == "j"
+                     else isinstance(key, str) and 0 < len(key) <= 200)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInput("cursor is not one this service gave (take next_cursor of the previous page)",
+                           param="cursor")
+    return key
+
+
+def _page(table: JobTable | NodeTable, rows: list[int], params: dict[str, str], kind: str,
+          item: str) -> bytes:
+    """``{"count": <matching>, "<item>": [...], "next_cursor": ...}`` for one page of ``rows``."""
+    after = _decode_cursor(params, kind)
+    limit = _limit(params)
+    start = table.after(rows, after)
+    chosen = rows[start:] if limit is None else rows[start:start + limit]
+    more = limit is not None and start + limit < len(rows)
+    cursor = _encode_cursor(kind, table.keys[chosen[-1]]) if more and chosen else None
+    return (b'{"count":%d,"returned":%d,"next_cursor":%s,"%s":%s}'
+            % (len(rows), len(chosen), json.dumps(cursor).encode(), item.encode(), table.json_array(chosen)))
+
+
+async def _respond_bytes(request: Request, payload: bytes, snapshots: list[Snapshot]) -> Response:
+    oldest = min(snapshots, key=lambda s: s.fetched_mono)
+    stale = any(s.stale for s in snapshots)
+    error = next((s.error for s in snapshots if s.error), None)
+    # Big pages are compressed in a thread (zlib lets go of the GIL).
+    body, packed, etag = (await asyncio.to_thread(render_bytes, payload, oldest.fetched_at, stale, error)
+                          if len(payload) > 65536 else render_bytes(payload, oldest.fetched_at, stale, error))
+    return respond(request, Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
+                                     fetched_mono=oldest.fetched_mono, stale=stale))
+
+
+_QUEUE_PARAMS = ("user", "account", "partition", "state", "name", "nodes", "limit", "cursor")
+_NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor")
+
+
 @router.get("/queue", dependencies=[_READ], response_model=None,
-            responses={200: {"model": QueueResponse}})
-async def queue(request: Request, services: ServicesDep) -> Response:
-    """The job queue: every job slurmctld holds (pending, running, recently finished)."""
-    strict_query(request, ())
+            responses={200: {"model": QueueResponse}, 400: {"description": "A bad parameter (named)."}})
+async def queue(request: Request, services: ServicesDep, user: QueueParam = None, account: QueueParam = None,
+                partition: QueueParam = None,
+                state: Annotated[str | None, Query(description="Job states (`PENDING`, `RUNNING` ... or "
+                                                   "squeue's `PD`, `R` ...), comma-separated.",
+                                                   max_length=400)] = None,
+                name: QueueParam = None, nodes: NodesParam = None, limit: LimitParam = None,
+                cursor: CursorParam = None) -> Response:
+    """The job queue: every job slurmctld holds (pending, running, recently finished), by job id.
+
+    With filters (squeue's: user, account, partition, state, name, nodes) and/or ``limit``
+    the answer is one page of the matching jobs, from the same snapshot (no Slurm query),
+    with ``count`` (all matching), ``returned`` and ``next_cursor``."""
+    params = strict_query(request, _QUEUE_PARAMS)
     cache = _cache(services)
+    if not params:
+        snap = await cache.get("jobs")
+        return respond(request, await cache.render("queue", [snap], _queue))
+    filters: dict[str, Any] = {
+        "user": _words(params, "user"), "account": _words(params, "account"),
+        "partition": _words(params, "partition"), "name": _words(params, "name"),
+        "state": _mapped(params, "state", {**{s.value: s.value for s in JobState}, **_JOB_STATE_CODES}),
+    }
+    node_set = _node_set(params)
+    if node_set is not None:
+        filters["nodes"] = set(node_set)
+    _limit(params), _decode_cursor(params, "j")  # bad paging is refused before Slurm is asked
     snap = await cache.get("jobs")
-    return respond(request, await cache.render("queue", [snap], _queue, _hidden(services)))
+    table: JobTable = snap.value
+    rows = table.select(**{k: set(v) for k, v in filters.items() if v is not None})
+    return await _respond_bytes(request, _page(table, rows, params, "j", "jobs"), [snap])
 
 
 @router.get("/nodes", dependencies=[_READ], response_model=None,
-            responses={200: {"model": NodesResponse}})
-async def nodes(request: Request, services: ServicesDep) -> Response:
-    """Every node with its state, flags, CPUs and memory."""
-    strict_query(request, ())
+            responses={200: {"model": NodesResponse}, 400: {"description": "A bad parameter (named)."}})
+async def nodes(request: Request, services: ServicesDep,
+                state: Annotated[str | None, Query(description="Base states or flags (`idle`, `down`, `drain`, "
+                                                   "`not_responding` ...), comma-separated: any matches.",
+                                                   max_length=400)] = None,
+                partition: QueueParam = None, nodes: NodesParam = None, limit: LimitParam = None,
+                cursor: CursorParam = None) -> Response:
+    """Every node with its state, flags, CPUs and memory, in natural name order.
+
+    With filters (state, partition, nodes) and/or ``limit``: one page of the matching nodes
+    from the same snapshot, with ``count``, ``returned`` and ``next_cursor``."""
+    params = strict_query(request, _NODE_PARAMS)
     cache = _cache(services)
+    hidden = _hidden(services)
+    if not params:
+        snap = await cache.get("nodes")
+        return respond(request, await cache.render("nodes", [snap], _nodes, hidden))
+    states = _mapped(params, "state", _NODE_STATE_WORDS)
+    parts = _words(params, "partition")
+    node_set = _node_set(params)
+    _limit(params), _decode_cursor(params, "n")
     snap = await cache.get("nodes")
-    return respond(request, await cache.render("nodes", [snap], _nodes, _hidden(services)))
+    table: NodeTable = await cache.derive("node-table", snap, _node_table, hidden)
+    rows = table.select(state=states, partition=set(parts) if parts is not None else None)
+    if node_set is not None:
+        wanted = set(table.rows_of(node_set))
+        rows = [r for r in rows if r in wanted]
+    return await _respond_bytes(request, _page(table, rows, params, "n", "nodes"), [snap])
 
 
 @router.get("/partitions", dependencies=[_READ], response_model=None,
@@ -330,6 +531,10 @@ async def stats(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("stats", [snap], _stats))
 
 
+def _usage(nodes: list[Node], jobs: JobTable, partitions: list[Partition], hidden: frozenset[str]) -> dict[str, Any]:
+    return build_usage(nodes, jobs.active(), partitions, hidden)
+
+
 @router.get("/usage", dependencies=[_READ], response_model=None,
             responses={200: {"model": UsageResponse}})
 async def usage(request: Request, services: ServicesDep) -> Response:
@@ -337,4 +542,4 @@ async def usage(request: Request, services: ServicesDep) -> Response:
     strict_query(request, ())
     cache = _cache(services)
     snaps = [await cache.get("nodes"), await cache.get("jobs"), await cache.get("partitions")]
-    return respond(request, await cache.render("usage", snaps, build_usage, _hidden(services)))
+    return respond(request, await cache.render("usage", snaps, _usage, _hidden(services)))

@@ -44,11 +44,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from slurmtower.api.cache import SnapshotCache, services_of, shared_cache, strict_query
-from slurmtower.api.routes.live import build_usage, visible_jobs, visible_nodes
+from slurmtower.api.routes.live import build_usage, visible_nodes
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import BackgroundTask, Services
 from slurmtower.errors import InvalidInput, SlurmUnavailable
-from slurmtower.models import Job, JobState, Node, Partition
+from slurmtower.models import JobState, Node, Partition
+from slurmtower.models.table import JobTable
 from slurmtower.storage import make_store_engine
 
 __all__ = ["LoadArchive", "LoadResponse", "LoadSample", "router", "setup"]
@@ -175,11 +176,12 @@ class LoadArchive:
         return [LoadSample.model_validate(json.loads(r)) for r in rows]
 
 
-def take_sample(nodes: list[Node], jobs: list[Job], partitions: list[Partition], hidden: frozenset[str],
+def take_sample(nodes: list[Node], jobs: JobTable, partitions: list[Partition], hidden: frozenset[str],
                 holder: str) -> LoadSample:
     """One load sample from snapshots of nodes, jobs and partitions (hidden partitions left out)."""
-    usage = build_usage(nodes, jobs, partitions, hidden)
-    shown_jobs = visible_jobs(jobs, hidden)
+    shown = jobs.hiding(hidden)
+    usage = build_usage(nodes, shown.active(), partitions, hidden)
+    states = shown.count_by("state")
     shown_nodes = visible_nodes(nodes, hidden)
     by_state: dict[str, int] = {}
     for n in shown_nodes:
@@ -190,8 +192,8 @@ def take_sample(nodes: list[Node], jobs: list[Job], partitions: list[Partition],
         time=now, timestamp=now.timestamp(),
         cpus_total=totals["cpus_total"], cpus_used=totals["cpus_used"],
         memory_total_mib=totals["memory_total_mib"], memory_used_mib=totals["memory_used_mib"],
-        jobs_running=sum(1 for j in shown_jobs if j.state is JobState.RUNNING),
-        jobs_pending=sum(1 for j in shown_jobs if j.state is JobState.PENDING),
+        jobs_running=states.get((JobState.RUNNING.value,), 0),
+        jobs_pending=states.get((JobState.PENDING.value,), 0),
         nodes_total=len(shown_nodes), nodes_by_state=by_state,
         partitions={name: p["totals"] for name, p in usage["partitions"].items()},
         archiver=holder,

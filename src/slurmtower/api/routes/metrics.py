@@ -140,7 +140,9 @@ def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
     configured = GaugeMetricFamily("slurmtower_cpus_configured", "CPUs configured on all nodes")
     configured.add_metric([], total)
     yield configured
-    jobs = Counter((j.state.value.lower(), j.partition or "") for j in view.jobs)
+    jobs: Counter[tuple[str, str]] = Counter()
+    for (job_state, partition), count in view.jobs.count_by("state", "partition").items():
+        jobs[(str(job_state).lower(), partition or "")] += count
     by_job = GaugeMetricFamily("slurmtower_jobs", "Jobs slurmctld knows, by state and partition",
                                labels=["state", "partition"])
     for (job_state, partition), count in sorted(jobs.items()):

@@ -29,6 +29,15 @@ from slurmtower.slurm.adapters._json import (
     parse_steps_json,
     parse_users_json,
 )
+from slurmtower.slurm.adapters._queue import (
+    QUEUE_FIELDS,
+    STATE_FIELDS,
+    parse_node_state_line,
+    parse_node_states_text,
+    parse_queue_line,
+    queue_format,
+    state_format,
+)
 from slurmtower.slurm.adapters._text import (
     parse_associations_text,
     parse_config_text,
@@ -49,6 +58,8 @@ from slurmtower.slurm.adapters._text import (
 from slurmtower.slurm.adapters._values import parse_duration, parse_text_time
 
 __all__ = [
+    "QUEUE_FIELDS",
+    "STATE_FIELDS",
     "detect_version",
     "envelope_messages",
     "error_from_rest_response",
@@ -59,11 +70,14 @@ __all__ = [
     "parse_duration",
     "parse_jobs_json",
     "parse_jobs_text",
+    "parse_node_state_line",
+    "parse_node_states_text",
     "parse_nodes_json",
     "parse_nodes_text",
     "parse_partitions_json",
     "parse_partitions_text",
     "parse_ping_json",
+    "parse_queue_line",
     "parse_reservations_json",
     "parse_reservations_text",
     "parse_sacct_json",
@@ -81,6 +95,8 @@ __all__ = [
     "parse_text_time",
     "parse_triggers_text",
     "parse_users_json",
+    "queue_format",
     "raise_for_errors",
     "split_key_values",
+    "state_format",
 ]

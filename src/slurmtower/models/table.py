@@ -1,0 +1,283 @@
+"""Compact snapshot tables: 100,000 jobs or 5,000 nodes kept as bytes plus a few columns.
+
+A pydantic :class:`~slurmtower.models.Job` costs about 4 KB of memory; 100,000 of them
+(a real queue) would take 400 MB and over a second to build. A snapshot table keeps, per
+row, its JSON (the model's shape, default fields left out) and the handful of columns the
+live filters need (user, account, partition, state, name, nodes), so:
+
+* a page or a filtered list is the join of the rows' bytes (no serialization per request);
+* a filter is a lookup in an index built once per snapshot (value -> row numbers);
+* readers that need models (``/usage``, the load archiver, the dashboard) build them only
+  for the rows they use (:meth:`JobTable.jobs`, :meth:`JobTable.active`).
+
+Rows are kept in a stable order (job id; node name in natural order) so that keyset
+paging (``cursor`` = the last key of the previous page) stays correct across refreshes.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from slurmtower.models.job import Job, JobState
+from slurmtower.models.node import Node, node_sort_key
+
+__all__ = ["JobTable", "NodeTable", "job_fragment", "node_fragment"]
+
+
+def job_fragment(job: Job) -> bytes:
+    """The JSON of one job as tables store it (fields at their default are left out)."""
+    return Job.__pydantic_serializer__.to_json(job, exclude_defaults=True)
+
+
+def node_fragment(node: Node) -> bytes:
+    """The JSON of one node as tables store it (fields at their default are left out)."""
+    return Node.__pydantic_serializer__.to_json(node, exclude_defaults=True)
+
+
+class _Table:
+    """Rows of JSON bytes with parallel columns and lazily built indexes."""
+
+    __slots__ = ("_indexes", "_lock", "columns", "fragments", "keys")
+    _COLUMNS: tuple[str, ...] = ()
+
+    def __init__(self, keys: Sequence[Any], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
+        if set(columns) != set(self._COLUMNS):
+            raise ValueError(f"columns must be {self._COLUMNS}, not {tuple(columns)}")
+        if any(len(c) != len(keys) for c in columns.values()) or len(fragments) != len(keys):
+            raise ValueError("every column needs one value per row")
+        self.keys: tuple[Any, ...] = tuple(keys)
+        self.fragments: tuple[bytes, ...] = tuple(fragments)
+        self.columns: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in columns.items()}
+        self._indexes: dict[str, dict[Any, list[int]]] = {}
+        self._lock = threading.Lock()
+
+    # pickling: the indexes are rebuilt on the other side when asked (they are derived).
+    def __getstate__(self) -> dict[str, Any]:
+        return {"keys": self.keys, "fragments": self.fragments, "columns": self.columns}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.keys, self.fragments, self.columns = state["keys"], state["fragments"], state["columns"]
+        self._indexes, self._lock = {}, threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is type(self) and isinstance(other, _Table) and self.keys == other.keys
+                and self.fragments == other.fragments)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.keys))
+
+    def _values(self, column: str, row: int) -> Iterable[Any]:
+        """The values row ``row`` is indexed under in ``column`` (one by default)."""
+        return (self.columns[column][row],)
+
+    def index(self, column: str) -> dict[Any, list[int]]:
+        """``value -> sorted row numbers`` for ``column``, built once per table."""
+        found = self._indexes.get(column)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._indexes.get(column)
+            if found is None:
+                found = {}
+                for row in range(len(self.keys)):
+                    for value in self._values(column, row):
+                        found.setdefault(value, []).append(row)
+                self._indexes[column] = found
+        return found
+
+    def rows_where(self, column: str, values: Collection[Any]) -> list[int]:
+        """Sorted row numbers whose ``column`` holds any of ``values``."""
+        index = self.index(column)
+        if len(values) == 1:
+            return list(index.get(next(iter(values)), ()))
+        merged: set[int] = set()
+        for value in values:
+            merged.update(index.get(value, ()))
+        return sorted(merged)
+
+    def select(self, **filters: Collection[Any] | None) -> list[int]:
+        """Sorted row numbers matching every given filter (a filter is a set of accepted
+        values for one column; ``None`` or absent: no filter)."""
+        rows: list[int] | None = None
+        # The most selective filter first, then intersect.
+        wanted = sorted(((c, v) for c, v in filters.items() if v is not None),
+                        key=lambda cv: sum(len(self.index(cv[0]).get(x, ())) for x in cv[1]))
+        for column, values in wanted:
+            if rows is not None and not rows:
+                break
+            found = self.rows_where(column, values)
+            rows = found if rows is None else sorted(set(rows).intersection(found))
+        return list(range(len(self.keys))) if rows is None else rows
+
+    def after(self, rows: Sequence[int], key: Any) -> int:
+        """Position in ``rows`` of the first row whose key sorts after ``key``."""
+        sort_key = self.sort_key
+        return bisect.bisect_right(rows, key, key=lambda r: sort_key(self.keys[r])) if key is not None else 0
+
+    @staticmethod
+    def sort_key(key: Any) -> Any:
+        return key
+
+    def json_array(self, rows: Iterable[int]) -> bytes:
+        """``[row, row, ...]`` as JSON bytes."""
+        frags = self.fragments
+        return b"[" + b",".join(frags[r] for r in rows) + b"]"
+
+    def all_json(self) -> bytes:
+        return b"[" + b",".join(self.fragments) + b"]"
+
+
+class JobTable(_Table):
+    """The job queue: one row per job record slurmctld holds, ordered by job id.
+
+    Columns: ``user``, ``account``, ``partition`` (as Slurm gives it; a pending job may name
+    several, ``"batch,short"``: it is indexed under each), ``state`` (the base state's
+    value), ``name`` and ``nodes`` (a set of node names, empty while pending).
+    """
+
+    __slots__ = ("_active",)
+    _COLUMNS = ("user", "account", "partition", "state", "name", "nodes")
+
+    def __init__(self, keys: Sequence[int], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
+        super().__init__(keys, fragments, columns)
+        self._active: list[Job] | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._active = None
+
+    @classmethod
+    def from_jobs(cls, jobs: Iterable[Job]) -> JobTable:
+        """A table of ``jobs`` (any order; a job id seen twice keeps its last record)."""
+        from slurmtower.nodeset import NodeSet
+
+        by_id = {j.job_id: j for j in jobs}
+        ordered = [by_id[k] for k in sorted(by_id)]
+        return cls(
+            [j.job_id for j in ordered],
+            [job_fragment(j) for j in ordered],
+            {
+                "user": [j.user_name for j in ordered],
+                "account": [j.account for j in ordered],
+                "partition": [j.partition for j in ordered],
+                "state": [j.state.value for j in ordered],
+                "name": [j.name for j in ordered],
+                "nodes": [frozenset(NodeSet(j.nodes)) if j.nodes else frozenset() for j in ordered],
+            },
+        )
+
+    def _values(self, column: str, row: int) -> Iterable[Any]:
+        value: Any = self.columns[column][row]
+        if column == "nodes":
+            nodes: frozenset[str] = value
+            return nodes
+        if column == "partition" and value and "," in value:
+            parts: list[str] = value.split(",")
+            return parts
+        return (value,)
+
+    def hiding(self, hidden: Collection[str]) -> JobTable:
+        """This table without jobs of hidden partitions; a pending job that names several
+        partitions keeps the visible ones (its JSON is rewritten)."""
+        if not hidden:
+            return self
+        keys: list[int] = []
+        frags: list[bytes] = []
+        cols: dict[str, list[Any]] = {c: [] for c in self._COLUMNS}
+        partitions = self.columns["partition"]
+        for row, key in enumerate(self.keys):
+            part: str | None = partitions[row]
+            parts = part.split(",") if part else []
+            shown = [p for p in parts if p not in hidden]
+            if parts and not shown:
+                continue
+            frag = self.fragments[row]
+            keys.append(key)
+            for c in self._COLUMNS:
+                cols[c].append(self.columns[c][row])
+            if len(shown) != len(parts):
+                visible = ",".join(shown)
+                frag = job_fragment(Job.model_validate_json(frag).model_copy(update={"partition": visible}))
+                cols["partition"][-1] = visible
+            frags.append(frag)
+        return JobTable(keys, frags, cols)
+
+    def jobs(self, rows: Iterable[int] | None = None) -> list[Job]:
+        """The :class:`Job` models of ``rows`` (all rows when ``None``: costly for big queues)."""
+        frags = self.fragments
+        chosen: Iterable[int] = range(len(frags)) if rows is None else rows
+        return [Job.model_validate_json(frags[r]) for r in chosen]
+
+    def active(self) -> list[Job]:
+        """Running and suspended jobs as models (built once per table): what ``/usage`` needs."""
+        if self._active is None:
+            rows = self.select(state={JobState.RUNNING.value, JobState.SUSPENDED.value})
+            self._active = self.jobs(rows)
+        return self._active
+
+    def count_by(self, *columns: str) -> Counter[tuple[Any, ...]]:
+        """How many rows hold each combination of ``columns``' values."""
+        cols = [self.columns[c] for c in columns]
+        return Counter(zip(*cols, strict=True))
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self.jobs())
+
+
+class NodeTable(_Table):
+    """Nodes in natural name order (``n2`` before ``n10``).
+
+    Columns: ``name``, ``state`` (a set: the base state's value and every flag, so
+    ``state=DRAIN`` and ``state=IDLE`` both find an ``IDLE+DRAIN`` node) and ``partition``
+    (a set of partition names).
+    """
+
+    __slots__ = ("_positions",)
+    _COLUMNS = ("name", "state", "partition")
+
+    def __init__(self, keys: Sequence[str], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
+        super().__init__(keys, fragments, columns)
+        self._positions: dict[str, int] | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._positions = None
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Node]) -> NodeTable:
+        ordered = sorted({n.name: n for n in nodes}.values(), key=lambda n: NodeTable.sort_key(n.name))
+        return cls(
+            [n.name for n in ordered],
+            [node_fragment(n) for n in ordered],
+            {
+                "name": [n.name for n in ordered],
+                "state": [frozenset({n.state.value, *n.flags}) for n in ordered],
+                "partition": [frozenset(n.partitions) for n in ordered],
+            },
+        )
+
+    @staticmethod
+    def sort_key(key: Any) -> Any:
+        return node_sort_key(key)
+
+    def _values(self, column: str, row: int) -> Iterable[Any]:
+        value: Any = self.columns[column][row]
+        if column in ("state", "partition"):
+            members: frozenset[str] = value
+            return members
+        return (value,)
+
+    def rows_of(self, names: Iterable[str]) -> list[int]:
+        """Sorted row numbers of the nodes named (unknown names are skipped)."""
+        if self._positions is None:
+            self._positions = {k: i for i, k in enumerate(self.keys)}
+        pos = self._positions
+        return sorted({pos[n] for n in names if n in pos})
