@@ -24,6 +24,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
+from slurmtower.models.table import JobTable
 from slurmtower.nodeset import NodeSet
 
 __all__ = [
@@ -107,6 +108,17 @@ class SlurmClient(Protocol):
 
     def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         """Jobs slurmctld knows (pending, running, and finished within MinJobAge)."""
+        ...
+
+    def job_table(self) -> JobTable:
+        """The whole queue (every job slurmctld holds) as a compact table: what the live
+        views, their filters and paging need, without a model per job."""
+        ...
+
+    def node_states(self) -> list[Node]:
+        """Every node with only its base state, flags and reason (who set it, when): the
+        sensor's poll. The same list object is returned while nothing changed, when the
+        backend can tell."""
         ...
 
     def job_ids(

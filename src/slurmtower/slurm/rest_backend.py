@@ -37,8 +37,10 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
+from slurmtower.models.table import JobTable
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
+from slurmtower.slurm.adapters._values import number
 from slurmtower.slurm.client import Capabilities, SlurmClient, select_nodes
 from slurmtower.slurm.runner import CallObserver
 
@@ -47,7 +49,19 @@ __all__ = ["RestSlurmClient"]
 _API_RE = re.compile(r"^/slurm/(v0\.0\.(\d+))/")
 #: API versions this backend can parse (adapters cover each of them).
 _KNOWN = {36, 37, 38, 39, 40, 41, 42, 43, 44}
-_READS = ("nodes", "jobs", "job_ids", "partitions", "reservations", "stats", "ping")
+#: Seconds our clock's update_time is set back, when slurmrestd gives no last_update.
+_CLOCK_MARGIN = 5.0
+_UNCHANGED = "__unchanged__"
+
+
+def _no_changes(doc: dict[str, Any]) -> bool:
+    """23.02+ answers an unchanged update_time with a warning and no jobs."""
+    warnings = doc.get("warnings") or []
+    texts = [str(w.get("description") or w) if isinstance(w, dict) else str(w) for w in warnings]
+    return any("no job changes since" in t.lower() for t in texts)
+
+
+_READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "partitions", "reservations", "stats", "ping")
 
 
 class RestSlurmClient:
@@ -79,6 +93,8 @@ class RestSlurmClient:
         self._api_versions: tuple[str, ...] = ()
         self._version: SlurmVersion | None = None
         self._lock = threading.Lock()
+        self._queue: JobTable | None = None
+        self._queue_since: float | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -99,12 +115,15 @@ class RestSlurmClient:
             headers["X-SLURM-USER-TOKEN"] = token
         return headers
 
-    def _get(self, path: str, *, kind: str) -> dict[str, Any]:
+    def _get(self, path: str, *, kind: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         started = time.monotonic()
         ok = False
         try:
-            resp = self._http.get(path, headers=self._headers())
+            resp = self._http.get(path, headers=self._headers(), params=params)
             ok = resp.status_code < 400
+            if resp.status_code == 304:
+                # 22.05 (v0.0.38) answers an unchanged update_time with 304 and no body.
+                return {_UNCHANGED: True}
         except httpx.TimeoutException as exc:
             raise SlurmTimeout(f"slurmrestd {path} timed out", argv=["GET", path]) from exc
         except httpx.TransportError as exc:
@@ -143,9 +162,11 @@ class RestSlurmClient:
                     self._api = f"v0.0.{usable[-1]}"
         return self._api
 
-    def _slurm(self, what: str) -> dict[str, Any]:
+    def _slurm(self, what: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         api = self._detect()
-        doc = self._get(f"/slurm/{api}/{what}", kind=what.split("/")[0])
+        doc = self._get(f"/slurm/{api}/{what}", kind=what.split("/")[0], params=params)
+        if doc.get(_UNCHANGED):
+            return doc
         if self._version is None:
             self._version = ad.detect_version(doc)
         return doc
@@ -204,6 +225,30 @@ class RestSlurmClient:
             return result
         wanted = {int(j) for j in job_ids}
         return [j for j in result if j.job_id in wanted]
+
+    def job_table(self) -> JobTable:
+        # Ask only for what changed: slurmctld compares update_time with its last job change
+        # and, when nothing changed, answers without packing a single job. 22.05 (v0.0.38)
+        # says so with a 304; 23.02+ with a "No job changes since update_time" warning and
+        # the `last_update` of the previous answer to send back. Our own clock is the
+        # fallback, a few seconds early so a change near the last read is never missed.
+        with self._lock:
+            previous, since = self._queue, self._queue_since
+        asked = time.time()
+        params = {"update_time": str(int(since))} if previous is not None and since is not None else None
+        doc = self._slurm("jobs", params)
+        if previous is not None and (doc.get(_UNCHANGED) or _no_changes(doc)):
+            return previous
+        table = JobTable.from_jobs(ad.parse_jobs_json(doc))
+        last = doc.get("last_update")
+        stamp = number(last) if last is not None else None
+        with self._lock:
+            self._queue = table
+            self._queue_since = float(stamp) if stamp else asked - _CLOCK_MARGIN
+        return table
+
+    def node_states(self) -> list[Node]:
+        return self.nodes()
 
     def job_ids(
         self,
