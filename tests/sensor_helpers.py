@@ -119,11 +119,13 @@ class SensorProcess:
         self.stop()
         # Clear any trigger a killed sensor of this test left behind.
         program = str(self.state_dir / "slurmtower-notify.py")
-        out = subprocess.run(["strigger", "--get"], capture_output=True, text=True, check=False).stdout
+        env = {**os.environ, "SLURM_CONF": str(self.cluster.slurm_conf)}
+        out = subprocess.run(["strigger", "--get"], capture_output=True, text=True, check=False, env=env).stdout
         for line in out.splitlines()[1:]:
             words = line.split()
             if program in words:
-                subprocess.run(["strigger", "--clear", f"--id={words[0]}"], capture_output=True, check=False)
+                subprocess.run(["strigger", "--clear", f"--id={words[0]}"], capture_output=True, check=False,
+                               env=env)
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
     # -- reading the store ------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_the_client_uses_the_best_source_of_each_release(fake: tuple[str, CliSlu
         assert ["scontrol", "show", "partition", "--json"] in calls
         assert ["sdiag", "--json"] in calls
     else:
-        assert ["sinfo", "--json"] in calls
+        assert ["scontrol", "-o", "show", "node"] in calls
         assert ["scontrol", "-o", "show", "partition"] in calls
         assert ["sdiag"] in calls
     assert client.capabilities().scontrol_json is modern

@@ -120,7 +120,9 @@ class _Table:
     def after(self, rows: Sequence[int], key: Any) -> int:
         """Position in ``rows`` of the first row whose key sorts after ``key``."""
         sort_key = self.sort_key
-        return bisect.bisect_right(rows, key, key=lambda r: sort_key(self.keys[r])) if key is not None else 0
+        if key is None:
+            return 0
+        return bisect.bisect_right(rows, sort_key(key), key=lambda r: sort_key(self.keys[r]))
 
     @staticmethod
     def sort_key(key: Any) -> Any:

@@ -33,7 +33,7 @@ from slurmtower.slurm.runner import CommandRunner, classify_failure
 
 __all__ = ["CliSlurmClient"]
 
-_READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "job_steps", "partitions",
+_READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "job_steps", "partitions",
           "reservations", "config", "stats", "triggers", "ping")
 _WRITES = ("update_nodes", "drain", "down", "resume", "undrain", "create_reservation",
            "update_reservation", "delete_reservation", "set_trigger", "clear_triggers")
@@ -63,6 +63,26 @@ def _fmt_time(t: datetime | Literal["now"]) -> str:
     return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def _squeue_filters(*, users: Sequence[str], accounts: Sequence[str], partitions: Sequence[str],
+                    states: Sequence[str], names: Sequence[str], nodes: NodeSet | None,
+                    job_ids: Sequence[int]) -> list[str]:
+    """squeue's options for :meth:`CliSlurmClient.job_ids`' filters (every job state by default)."""
+    argv = ["--states=all" if not states else f"--states={','.join(states)}"]
+    if users:
+        argv.append(f"--user={','.join(users)}")
+    if accounts:
+        argv.append(f"--account={','.join(accounts)}")
+    if partitions:
+        argv.append(f"--partition={','.join(partitions)}")
+    if names:
+        argv.append(f"--name={','.join(names)}")
+    if nodes is not None:
+        argv.append(f"--nodelist={nodes}")
+    if job_ids:
+        argv.append(f"--jobs={','.join(str(int(j)) for j in job_ids)}")
+    return argv
+
+
 #: Up to this many job ids, :meth:`CliSlurmClient.jobs` reads each with its own ``scontrol show
 #: job <id>`` (about 10 ms each); more, it reads every job's record once.
 _SINGLE_JOB_READS = 64
@@ -80,6 +100,9 @@ class CliSlurmClient:
         self._queue_text: str | None = None
         self._queue_table: JobTable | None = None
         self._states_text: str | None = None
+        self._nodes_memo: dict[str, Node] = {}
+        self._nodes_text: str | None = None
+        self._nodes: list[Node] | None = None
         self._states: list[Node] | None = None
 
     # -- detection --------------------------------------------------------------------
@@ -142,11 +165,24 @@ class CliSlurmClient:
         if nodes is not None:
             return self._some_nodes(nodes)
         if self._modern():
-            result = ad.parse_nodes_json(self._json(["scontrol", "show", "node", "--json"]))
-        else:
-            # 22.05: `sinfo --json` ignores -n, so filter client-side below.
-            result = ad.parse_nodes_json(self._json(["sinfo", "--json"]))
-        return select_nodes(result, nodes)
+            return ad.parse_nodes_json(self._json(["scontrol", "show", "node", "--json"]))
+        # 22.05: the text form, 0.05 s and 11 MB at 5,000 nodes where `sinfo --json` takes
+        # 0.3 s and 114 MB; a line identical to the previous read is not parsed again (nodes
+        # whose slurmd is silent never change), and the same list comes back when no line did.
+        res = self.runner.run(["scontrol", "-o", "show", "node"], check=False)
+        if res.returncode != 0:
+            self._raise_failure(res.argv, res.returncode, res.stderr or res.stdout)
+        with self._lock:
+            if res.stdout == self._nodes_text and self._nodes is not None:
+                return self._nodes
+            memo, fresh = self._nodes_memo, {}
+            for line in res.stdout.split("\n"):
+                if line.startswith("NodeName="):
+                    node = memo.get(line)
+                    fresh[line] = node if node is not None else ad.parse_nodes_text(line)[0]
+            result = list(fresh.values())
+            self._nodes_memo, self._nodes_text, self._nodes = fresh, res.stdout, result
+            return result
 
     def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         if job_ids is not None:
@@ -235,19 +271,9 @@ class CliSlurmClient:
         job_ids: Sequence[int] = (),
     ) -> list[int]:
         # The text form honours every filter on all releases and prints only ids.
-        argv = ["squeue", "-h", "-o", "%i", "--states=all" if not states else f"--states={','.join(states)}"]
-        if users:
-            argv.append(f"--user={','.join(users)}")
-        if accounts:
-            argv.append(f"--account={','.join(accounts)}")
-        if partitions:
-            argv.append(f"--partition={','.join(partitions)}")
-        if names:
-            argv.append(f"--name={','.join(names)}")
-        if nodes is not None:
-            argv.append(f"--nodelist={nodes}")
-        if job_ids:
-            argv.append(f"--jobs={','.join(str(int(j)) for j in job_ids)}")
+        argv = ["squeue", "-h", "-o", "%i", *_squeue_filters(users=users, accounts=accounts, partitions=partitions,
+                                                            states=states, names=names, nodes=nodes,
+                                                            job_ids=job_ids)]
         res = self.runner.run(argv, check=False)
         if res.returncode != 0:
             low = res.stderr.lower()
@@ -260,6 +286,29 @@ class CliSlurmClient:
             if base.isdigit():
                 ids.append(int(base))
         return sorted(set(ids))
+
+    def queue(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[Job]:
+        # squeue filters (a single user even inside slurmctld), then prints the text form:
+        # 0.05 s for one user's and name's 667 of 20,000 jobs, 0.39 s for all of them.
+        argv = ["squeue", "-h", "-O", ad.queue_format(),
+                *_squeue_filters(users=users, accounts=accounts, partitions=partitions, states=states, names=names,
+                                 nodes=nodes, job_ids=job_ids)]
+        res = self.runner.run(argv, check=False)
+        if res.returncode != 0:
+            if "invalid job id" in res.stderr.lower():
+                return []
+            self._raise_failure(res.argv, res.returncode, res.stderr)
+        return [ad.parse_queue_line(line) for line in res.stdout.split("\n") if line]
 
     def job_table(self) -> JobTable:
         # The text form on every release (see adapters._queue for what it costs and lacks).
