@@ -2,15 +2,19 @@
 
 The cluster is brought up once per session (a quick no-op when it runs). Tests that change
 node states use ``clean_nodes``, which puts every node back in service afterwards.
+
+``scale_cluster`` is a second, 1,000-node instance (the scale lab) beside it; see its docstring.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -141,3 +145,67 @@ def sample_jobs(devcluster: DevCluster) -> Iterator[dict[str, int]]:
     jobs = devcluster.submit_sample_jobs().as_dict()
     yield jobs
     subprocess.run(["scancel", str(jobs["running"]), str(jobs["pending"])], capture_output=True, check=False)
+
+
+SCALE_NODES = 1000
+SCALE_DIR = Path("/var/lib/slurmtower/scale-test")
+SCALE_NAME = "scaletest"
+SCALE_PORT_BASE = 14000  # ports 14000-15100: clear of the default cluster's 26800-26904
+
+
+@contextmanager
+def _scale_lock(root: Path) -> Iterator[Path]:
+    """The scale lab's session registry (one pid file per pytest session), under a file lock."""
+    sessions = root.parent / f"{root.name}.sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    with open(sessions / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for entry in sessions.glob("*.pid"):
+            if not Path(f"/proc/{entry.stem}").exists():
+                entry.unlink(missing_ok=True)
+        yield sessions
+
+
+@pytest.fixture(scope="session")
+def scale_cluster() -> Iterator[DevCluster]:
+    """A 1,000-node scale lab (``devcluster up --nodes 1000``), its own dir, name and ports.
+
+    n1-n4 run a slurmd (idle, they run jobs), n5-n1000 have none (``unknown*``:
+    UNKNOWN+NOT_RESPONDING). Partitions: debug (all, default), batch n[1-2], short n[3-4],
+    compute n[1-900], bigmem n[3-4,601-900], gpu n[1-2,901-1000], long n[501-1000].
+    Users alice, bob, carol, dave; accounts physics, chemistry, biology, astro.
+
+    It never touches ``os.environ``: run Slurm's commands with
+    ``env=scale_cluster.command_env()`` (SLURM_CONF, SLURMTOWER_CONFIG, ...), and build
+    settings with ``load_settings(scale_cluster.tower_conf, environ={})``.
+    Sessions share it (pytest runs of several engineers): it is brought up by the first
+    and stopped by the last; leftover jobs are cancelled only when no other session uses
+    it, so name your jobs and cancel your own.
+    """
+    if not _can_run_cluster():
+        pytest.skip("the local Slurm cluster needs root on Debian")
+    cluster = DevCluster(root=SCALE_DIR, cluster_name=SCALE_NAME, port_base=SCALE_PORT_BASE,
+                         nodes=SCALE_NODES, log=lambda _m: None)
+    with _scale_lock(SCALE_DIR) as sessions:
+        alone = not any(sessions.glob("*.pid"))
+        cluster.up()
+        if alone:
+            cluster.cancel_jobs()
+        (sessions / f"{os.getpid()}.pid").touch()
+    try:
+        yield cluster
+    finally:
+        with _scale_lock(SCALE_DIR) as sessions:
+            (sessions / f"{os.getpid()}.pid").unlink(missing_ok=True)
+            if not any(sessions.glob("*.pid")):
+                cluster.cancel_jobs()
+                cluster.down()
+
+
+def scale_sh(cluster: DevCluster, *argv: str, check: bool = True, timeout: float = 60) -> str:
+    """Run a Slurm command against the scale lab ``cluster`` (the test's own view)."""
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                          env=cluster.command_env())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv} failed: {proc.stderr}")
+    return proc.stdout

@@ -10,6 +10,7 @@ import typer
 
 from slurmtower.cli.app import app
 from slurmtower.devcluster import DEFAULT_DIR, DevCluster
+from slurmtower.nodeset import NodeSet
 
 __all__ = ["devcluster_app"]
 
@@ -23,8 +24,8 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its
                                       envvar="SLURMTOWER_DEVCLUSTER_DIR")]
 
 
-def _cluster(root: Path, quiet: bool = False) -> DevCluster:
-    return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo)
+def _cluster(root: Path, quiet: bool = False, nodes: int | None = None) -> DevCluster:
+    return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo, nodes=nodes)
 
 
 @devcluster_app.command()
@@ -32,9 +33,14 @@ def up(
     root: DirOpt = DEFAULT_DIR,
     fresh: Annotated[bool, typer.Option(help="Wipe Slurm state and the accounting DB first.")] = False,
     own_mariadb: Annotated[bool, typer.Option(help="Start a private MariaDB even if one runs.")] = False,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", min=4, max=5000,
+        help="Node definitions (the scale lab): n1-n4 run a slurmd, the others none. "
+             "Default: the count this --dir was last brought up with, else 4. "
+             "Node i uses port PORT_BASE+100+i: see the README for safe port bases.")] = None,
 ) -> None:
     """Install what is missing and start the cluster (a quick no-op when it runs)."""
-    _cluster(root).up(fresh=fresh, own_mariadb=own_mariadb)
+    _cluster(root, nodes=nodes).up(fresh=fresh, own_mariadb=own_mariadb)
 
 
 @devcluster_app.command()
@@ -51,11 +57,15 @@ def status(root: DirOpt = DEFAULT_DIR,
     if output == "json":
         typer.echo(json.dumps(st, indent=2))
         return
-    typer.echo(f"cluster {st['cluster']} in {st['dir']}: {'UP' if st['up'] else 'DOWN'}")
+    typer.echo(f"cluster {st['cluster']} in {st['dir']}: {'UP' if st['up'] else 'DOWN'} "
+               f"({st['node_count']} nodes)")
     for name, pid in dict(st["daemons"]).items():  # type: ignore[call-overload]
         typer.echo(f"  {name:<12} {'pid ' + str(pid) if pid else 'not running'}")
+    by_state: dict[str, list[str]] = {}
     for node, state in dict(st["nodes"]).items():  # type: ignore[call-overload]
-        typer.echo(f"  node {node}: {state}")
+        by_state.setdefault(state, []).append(node)
+    for state, names in by_state.items():
+        typer.echo(f"  nodes {NodeSet(names)}: {state}" if len(names) > 1 else f"  node {names[0]}: {state}")
     if not st["up"]:
         raise typer.Exit(3)
 

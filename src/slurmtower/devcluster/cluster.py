@@ -4,6 +4,11 @@ munged -> MariaDB -> slurmdbd -> slurmctld -> one slurmd per node (``slurmd -N n
 its own port) -> accounts -> slurmrestd (JWT). Everything it writes lives under its own
 directory (default ``/var/lib/slurmtower/devcluster``); it never touches ``/etc/slurm``.
 It records which daemons it started, and :meth:`DevCluster.down` stops only those.
+
+The scale lab is the same cluster with ``nodes=N`` (4-5,000) node definitions: n1-n4 keep
+their slurmd and run jobs, n5-nN have none (Slurm shows them ``down*``, "Not responding",
+once SlurmdTimeout has passed), over overlapping site-like partitions; slurmctld is set for
+a queue of 100,000+ jobs. The count is kept in ``etc/devcluster.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmtower.errors import ConfigError, SlurmError, SlurmtowerError
+from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.runner import CommandRunner
 
 __all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs"]
@@ -40,9 +46,16 @@ PACKAGES = [
     "slurmrestd",
     "slurm-wlm-jwt-plugin",
 ]
-NODES = ["n1", "n2", "n3", "n4"]
+NODES = ["n1", "n2", "n3", "n4"]  # the nodes with a slurmd, whatever the node count
 ACCOUNTS = {"physics": ["alice", "bob", "root"], "chemistry": ["bob"]}
 USERS = ["alice", "bob"]
+# the scale lab's extra principals (``nodes > 4``): more users and accounts to filter on
+LAB_ACCOUNTS = {"biology": ["carol", "dave"], "astro": ["dave", "alice"]}
+LAB_USERS = ["carol", "dave"]
+MIN_NODES = len(NODES)
+MAX_NODES = 5000
+# Every node n<i> listens (or, without a slurmd, would) on port_base + 100 + i.
+NODE_PORT_OFFSET = 100
 SYSTEM_MUNGE_PID = Path("/run/munge/munged.pid")
 
 
@@ -117,6 +130,20 @@ class DevCluster:
     port_base: int = field(default_factory=lambda: int(os.environ.get("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")))
     runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=120))
     log: Callable[[str], None] = print
+    nodes: int | None = None
+    """Node definitions (4-5,000); ``None``: the count this cluster's dir was brought up with, else 4."""
+
+    def __post_init__(self) -> None:
+        if self.nodes is not None:
+            self._check_node_count(self.nodes)
+
+    def _check_node_count(self, count: int) -> None:
+        if not MIN_NODES <= count <= MAX_NODES:
+            raise DevClusterError(f"--nodes must be between {MIN_NODES} and {MAX_NODES}, not {count}")
+        last = self.port_base + NODE_PORT_OFFSET + count
+        if last > 65535:
+            raise DevClusterError(f"port base {self.port_base} leaves no room for {count} nodes "
+                                  f"(their ports would end at {last} > 65535)")
 
     # -- layout -----------------------------------------------------------------------
     @property
@@ -164,7 +191,40 @@ class DevCluster:
         return self.port_base + 6
 
     def node_port(self, node: str) -> int:
-        return self.port_base + 100 + int(node.lstrip("n"))
+        return self.port_base + NODE_PORT_OFFSET + int(node.lstrip("n"))
+
+    @property
+    def lab_file(self) -> Path:
+        return self.etc / "devcluster.json"
+
+    @property
+    def node_count(self) -> int:
+        """The number of node definitions: as asked, else as this dir was last brought up, else 4."""
+        if self.nodes is not None:
+            return self.nodes
+        return self._saved_node_count() or MIN_NODES
+
+    def _saved_node_count(self) -> int | None:
+        try:
+            count = json.loads(self.lab_file.read_text())["nodes"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return count if isinstance(count, int) else None
+
+    @property
+    def all_nodes(self) -> str:
+        """Every node definition as one folded hostlist, e.g. ``n[1-5000]``."""
+        return f"n[1-{self.node_count}]"
+
+    @property
+    def is_lab(self) -> bool:
+        return self.node_count > MIN_NODES
+
+    def _accounts(self) -> dict[str, list[str]]:
+        return {**ACCOUNTS, **LAB_ACCOUNTS} if self.is_lab else dict(ACCOUNTS)
+
+    def _users(self) -> list[str]:
+        return [*USERS, *LAB_USERS] if self.is_lab else list(USERS)
 
     @property
     def db_name(self) -> str:
@@ -210,6 +270,23 @@ class DevCluster:
             f"export SLURMTOWER_TOKEN={self.demo_tokens()['operator'] if self.etc.exists() else ''}\n"
         )
 
+    def command_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) pointed at this cluster, for subprocesses.
+
+        The same variables as :meth:`env_exports`, so several clusters can be used side by side
+        from one process without touching ``os.environ``.
+        """
+        env = dict(os.environ if base is None else base)
+        for line in self.env_exports().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value
+        return env
+
+    def cancel_jobs(self) -> None:
+        """Cancel every job of every user of this cluster (``scancel`` by user: no job list to pass)."""
+        for user in ["root", *self._users()]:
+            self._cmd().run(["scancel", "-u", user], timeout=300, check=False)
+
     def is_up(self) -> bool:
         if _read_pid(self.run_dir / "slurmctld.pid") is None:
             return False
@@ -225,6 +302,11 @@ class DevCluster:
         if os.geteuid() != 0:
             raise DevClusterError("devcluster up must run as root (it starts Slurm's daemons)")
         self.install_packages(own_mariadb=own_mariadb)
+        saved = self._saved_node_count() or MIN_NODES
+        if self.node_count != saved and self.is_up():
+            # Node definitions change only with a restart of slurmctld (and its slurmds).
+            self.log(f"devcluster {self.cluster_name}: {saved} -> {self.node_count} nodes, restarting it")
+            self.down()
         if fresh:
             if self.is_up():
                 raise DevClusterError("the cluster is running: `slurmtower devcluster down` first")
@@ -244,7 +326,7 @@ class DevCluster:
         self._start_slurmrestd()
         self._wait_idle()
         took = time.monotonic() - t0
-        self.log(f"devcluster {self.cluster_name} up in {took:.1f} s: {self.slurm_conf}")
+        self.log(f"devcluster {self.cluster_name} up in {took:.1f} s ({self.node_count} nodes): {self.slurm_conf}")
         return took
 
     def down(self) -> None:
@@ -274,14 +356,20 @@ class DevCluster:
         nodes: dict[str, str] = {}
         if daemons["slurmctld"]:
             try:
-                out = self._cmd().run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10).stdout
-                nodes = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+                # grouped by state (sinfo -N takes 4 s at 5,000 nodes, this 30 ms)
+                out = self._cmd().run(["sinfo", "-h", "-o", "%N %T"], timeout=30).stdout
+                for line in out.splitlines():
+                    if line.strip():
+                        hostlist, state = line.split(None, 1)
+                        nodes.update(dict.fromkeys(NodeSet(hostlist), state))
+                nodes = dict(sorted(nodes.items(), key=lambda kv: int(kv[0].lstrip("n"))))
             except SlurmError as exc:
                 nodes = {"error": exc.message}
         return {
             "dir": str(self.root),
             "cluster": self.cluster_name,
             "up": self.is_up(),
+            "node_count": self.node_count,
             "daemons": daemons,
             "nodes": nodes,
             "slurmrestd": f"http://127.0.0.1:{self.rest_port}",
@@ -376,7 +464,7 @@ class DevCluster:
             self._sql(f"DROP DATABASE IF EXISTS `{self.db_name}`", check=False)
 
     def _prepare(self, *, own_mariadb: bool) -> None:
-        for user in USERS:
+        for user in self._users():
             try:
                 pwd.getpwnam(user)
             except KeyError:
@@ -409,6 +497,7 @@ class DevCluster:
             secret_file.write_text(json.dumps({"slurm": secrets.token_hex(12), "reader": secrets.token_hex(12)}))
             os.chmod(secret_file, 0o600)
         self._save_state(own_mariadb=own_mariadb)
+        self.lab_file.write_text(json.dumps({"nodes": self.node_count}) + "\n")
         self._write_configs(own_mariadb=own_mariadb)
 
     def _secrets(self) -> dict[str, str]:
@@ -472,6 +561,8 @@ AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
 NodeName=n[1-4] NodeAddr=127.0.0.1 NodeHostname=localhost Port={nodes_ports} CPUs=2 RealMemory=2000 \
   State=UNKNOWN Feature=dev
+"""
+        slurm_conf += self._lab_conf() if self.is_lab else """\
 PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 PartitionName=batch Nodes=n[1-2] MaxTime=60 State=UP
 PartitionName=short Nodes=n[3-4] MaxTime=5 DefaultTime=1 State=UP
@@ -522,6 +613,52 @@ serve_index = true
 {self._token_entries()}"""
         self.tower_conf.write_text(tower)
         os.chmod(self.tower_conf, 0o600)
+
+    def _lab_conf(self) -> str:
+        """The scale lab's nodes n5-nN (no slurmd), its partitions and its settings for a big queue."""
+        n = self.node_count
+        # n5..b1 compute, b1+1..b2 bigmem, b2+1..n gpu (empty ranges for a small n)
+        b1 = max(MIN_NODES, n * 6 // 10)
+        b2 = max(b1, n * 9 // 10)
+
+        def span(first: int, last: int) -> str:
+            return str(NodeSet(f"n[{first}-{last}]")) if first <= last else ""
+
+        def nodes(*spans: str) -> str:
+            return str(NodeSet([x for x in spans if x]))
+
+        lines = []
+        for first, last, hw in ((MIN_NODES + 1, b1, "CPUs=32 RealMemory=128000 Feature=compute"),
+                                (b1 + 1, b2, "CPUs=64 RealMemory=1024000 Feature=bigmem"),
+                                (b2 + 1, n, "CPUs=32 RealMemory=256000 Feature=gpu")):
+            if first <= last:
+                ports = f"[{self.node_port(f'n{first}')}-{self.node_port(f'n{last}')}]" if first < last \
+                    else str(self.node_port(f"n{first}"))
+                lines.append(f"NodeName={span(first, last)} NodeAddr=127.0.0.1 NodeHostname=localhost "
+                             f"Port={ports} {hw} State=UNKNOWN")
+        partitions = [
+            ("debug", nodes(span(1, n)), "Default=YES MaxTime=INFINITE"),
+            ("batch", "n[1-2]", "MaxTime=60"),
+            ("short", "n[3-4]", "MaxTime=5 DefaultTime=1"),
+            # site-like partitions that overlap each other; those with n1-n4 run jobs
+            ("compute", nodes(span(1, b2)), "MaxTime=2-00:00:00"),
+            ("bigmem", nodes("n[3-4]", span(b1 + 1, b2)), "MaxTime=2-00:00:00"),
+            ("gpu", nodes("n[1-2]", span(b2 + 1, n)), "MaxTime=1-00:00:00"),
+            ("long", nodes(span(max(n // 2 + 1, MIN_NODES + 1), n)), "MaxTime=7-00:00:00"),
+        ]
+        lines += [f"PartitionName={name} Nodes={members} {extra} State=UP"
+                  for name, members, extra in partitions if members]
+        # A queue of 100,000+ jobs (slurm.conf(5)): room for the jobs and array tasks (each
+        # task counts against MaxJobCount), no scheduling attempt per submitted job (defer),
+        # a scheduler and backfill that look at a bounded part of the queue.
+        lines += [
+            "MaxJobCount=250000",
+            "MaxArraySize=100001",
+            "SchedulerParameters=defer,batch_sched_delay=3,sched_min_interval=500000,"
+            "default_queue_depth=100,partition_job_depth=50,bf_max_job_test=500,bf_interval=30,"
+            "max_rpc_cnt=64",
+        ]
+        return "\n".join(lines) + "\n"
 
     @property
     def demo_tokens_file(self) -> Path:
@@ -661,11 +798,12 @@ serve_index = true
         _wait("cluster registration in slurmdbd", registered, 30, 0.3)
         out = cmd.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user"], timeout=20).stdout
         have = {tuple(line.split("|")) for line in out.splitlines()}
-        accounts = [a for a in ACCOUNTS if (a, "") not in have]
+        wanted = self._accounts()
+        accounts = [a for a in wanted if (a, "") not in have]
         if accounts:
             cmd.run(["sacctmgr", "-i", "add", "account", ",".join(accounts),
                      "Description=devcluster", "Organization=slurmtower"], timeout=20)
-        for account, users in ACCOUNTS.items():
+        for account, users in wanted.items():
             todo = [u for u in users if (account, u) not in have]
             if todo:
                 cmd.run(["sacctmgr", "-i", "add", "user", ",".join(todo), f"Account={account}"], timeout=20)
@@ -706,7 +844,8 @@ serve_index = true
         cmd = self._cmd()
 
         def responding() -> bool:
-            out = cmd.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10).stdout
+            # only the nodes with a slurmd: the lab's others never respond
+            out = cmd.run(["sinfo", "-h", "-N", "-n", ",".join(NODES), "-o", "%N %T"], timeout=10).stdout
             states = dict(line.split() for line in out.splitlines() if line.strip())
             return len(states) >= len(NODES) and not any(s.endswith("*") or s == "unknown"
                                                         for s in states.values())
@@ -730,4 +869,6 @@ serve_index = true
 
     def _check_node(self, node: str) -> None:
         if node not in NODES:
+            if node.startswith("n") and node[1:].isdigit() and int(node[1:]) <= self.node_count:
+                raise DevClusterError(f"{node} has no slurmd: in the devcluster only {', '.join(NODES)} run one")
             raise DevClusterError(f"unknown node {node!r}: the devcluster has {', '.join(NODES)}")
