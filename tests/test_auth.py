@@ -1,8 +1,10 @@
 """Authentication: hashed tokens, JWTs (key and JWKS URL), anonymous access, the failed-login
-limit, cookie + CSRF header, ``slurmtower token create``, and drain over HTTP by role."""
+limit, cookie + CSRF header, ``slurmtower token create``, drain over HTTP by role, and
+credentials checked on the event loop so the cached fast path serves them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -13,10 +15,14 @@ import warnings
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import anyio.to_thread
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from pydantic import SecretStr
+from starlette.routing import Router
 
 from slurmtower.api import create_app
 from slurmtower.api.security import TOKEN_COOKIE, LoginLimiter, hash_token
@@ -231,3 +237,169 @@ def test_drain_over_http_needs_an_operator_and_audit_names_the_token(
         audit = api.get("/audit", headers=bearer(ADMIN))
         assert audit.status_code == 200
         assert "otto" in audit.text and "slurm.node.drain" in audit.text
+
+
+# --- credentials are checked on the event loop, and the cached fast path serves them --------
+
+
+class _Hops:
+    """Counts thread hops (asyncio executor jobs, anyio worker threads) and requests that got
+    as far as FastAPI's router (the cached fast path answers before routing)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.threads = 0
+        self.routed = 0
+        run_in_executor = asyncio.BaseEventLoop.run_in_executor
+        run_sync = anyio.to_thread.run_sync
+        route = Router.__call__
+
+        def counting_executor(loop: asyncio.BaseEventLoop, *args: Any) -> Any:
+            self.threads += 1
+            return run_in_executor(loop, *args)
+
+        async def counting_run_sync(*args: Any, **kwargs: Any) -> Any:
+            self.threads += 1
+            return await run_sync(*args, **kwargs)
+
+        async def counting_route(router: Router, *args: Any) -> None:
+            self.routed += 1
+            await route(router, *args)
+
+        monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting_executor)
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counting_run_sync)
+        monkeypatch.setattr(Router, "__call__", counting_route)
+
+    def reset(self) -> None:
+        self.threads = self.routed = 0
+
+
+@pytest.fixture()
+def quiet_settings(auth_settings: Settings) -> Settings:
+    """Token settings with no background work and snapshots that stay fresh for the test."""
+    auth_settings.api.refresh_interval = 120
+    auth_settings.api.refresh_in_subprocess = False
+    auth_settings.archiver.archive_usage_load = False
+    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    return auth_settings
+
+
+def _warm(api: TestClient, *paths: str) -> None:
+    for path in paths:
+        assert api.get(path, headers=bearer(READER)).status_code == 200
+
+
+@pytest.mark.parametrize("credential", ["reader token", "admin token", "jwt", "cookie"])
+def test_token_reads_are_answered_on_the_event_loop_by_the_fast_path(
+        quiet_settings: Settings, monkeypatch: pytest.MonkeyPatch, credential: str) -> None:
+    with TestClient(create_app(quiet_settings)) as api:
+        _warm(api, "/nodes", "/queue")
+        headers = {
+            "reader token": bearer(READER),
+            "admin token": bearer(ADMIN),
+            "jwt": bearer(_jwt({"sub": "jo", "role": "reader"})),
+            "cookie": {"Cookie": f"{TOKEN_COOKIE}={READER}"},
+        }[credential]
+        hops = _Hops(monkeypatch)
+        for _ in range(20):
+            for path in ("/nodes", "/queue"):
+                assert api.get(path, headers=headers).status_code == 200
+        assert (hops.threads, hops.routed) == (0, 0)
+        # A route off the fast path still checks the token without a thread.
+        assert api.get("/ui/whoami", headers=headers).json()["role"] in ("reader", "admin")
+        assert (hops.threads, hops.routed) == (0, 1)
+
+
+def test_refusals_on_the_fast_path_are_problems_and_each_failure_counts_once(
+        quiet_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    quiet_settings.auth.login_failures_per_minute = 3
+    with TestClient(create_app(quiet_settings)) as api:
+        _warm(api, "/nodes")
+        hops = _Hops(monkeypatch)
+        refused = [
+            ({}, 401, "authentication required"),
+            (bearer(_jwt({"sub": "jo"})), 403, "jo (none) may not do this: needs read"),
+            ({"Authorization": "Basic dXNlcjpwdw=="}, 401, "use 'Authorization: Bearer <token>'"),
+        ]
+        for headers, status, detail in refused:
+            resp = api.get("/nodes", headers=headers)
+            assert (resp.status_code, resp.json()["detail"]) == (status, detail)
+            assert resp.headers["content-type"] == "application/problem+json"
+        # Three failed logins (the fast path and the route both look at each request) ...
+        expired = _jwt({"sub": "jo", "role": "admin", "exp": int(time.time()) - 3600})
+        for headers, detail in ((bearer("wrong"), "invalid token"), (bearer(expired), "JWT expired"),
+                                (bearer("wrong again"), "invalid token")):
+            resp = api.get("/nodes", headers=headers)
+            assert (resp.status_code, resp.json()["detail"]) == (401, detail)
+            assert resp.headers["www-authenticate"] == "Bearer"
+        # ... block the address: the limit counted each of them once.
+        resp = api.get("/nodes", headers=bearer(READER))
+        assert resp.status_code == 429
+        assert resp.json()["retry_after"] >= 1
+        assert hops.threads == 0
+
+
+def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
+        quiet_settings: Settings, jwks_server: tuple[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, key = jwks_server
+    quiet_settings.auth.jwt_key = None
+    quiet_settings.auth.jwt_jwks_url = url
+    token = _jwt({"sub": "kim", "role": "reader"}, key=key, alg="RS256", headers={"kid": "k1"})
+    with TestClient(create_app(quiet_settings)) as api:
+        _warm(api, "/nodes")
+        hops = _Hops(monkeypatch)
+        assert api.get("/nodes", headers=bearer(token)).status_code == 200
+        assert hops.threads == 1  # the fetch
+        jwks = api.app.state.slurmtower_auth[1].jwks  # type: ignore[attr-defined]
+        assert jwks.fetches == 1
+        hops.reset()
+        for _ in range(20):
+            assert api.get("/nodes", headers=bearer(token)).status_code == 200
+        assert (hops.threads, hops.routed, jwks.fetches) == (0, 0, 1)
+        # A key the set lacks, just after a fetch: refused on the loop, the JWKS is not asked.
+        other = _jwt({"sub": "kim", "role": "admin"}, key=key, alg="RS256", headers={"kid": "k2"})
+        resp = api.get("/nodes", headers=bearer(other))
+        assert resp.status_code == 401
+        assert resp.json()["detail"] == "JWT signing key not found: no signing key matches kid 'k2'"
+        assert (hops.threads, jwks.fetches) == (0, 1)
+        # Once the cooldown is over, the set is fetched again (in a thread): a rotated key?
+        jwks.cooldown = 0.0
+        assert api.get("/nodes", headers=bearer(other)).status_code == 401
+        assert (hops.threads, jwks.fetches) == (1, 2)
+
+
+def test_jwks_keys_expire_and_survive_an_unreachable_endpoint(jwks_server: tuple[str, object]) -> None:
+    from slurmtower.api.security import _JwksKeys
+
+    url, _key = jwks_server
+    now = [1000.0]
+    keys = _JwksKeys(url, lifespan=300, cooldown=10, clock=lambda: now[0])
+    assert keys.lookup("k1") is None  # nothing fetched yet
+    first = keys.fetch("k1")
+    assert keys.lookup("k1") is first
+    now[0] += 301
+    assert keys.lookup("k1") is None  # too old: fetch again
+    keys._client.uri = "http://127.0.0.1:9/gone.json"  # noqa: SLF001 - the endpoint goes away
+    assert keys.fetch("k1") is first
+    assert keys.lookup("k1") is first  # no retry before the cooldown is over
+    assert keys.fetches == 2
+
+
+@pytest.mark.parametrize("kind", ["function", "coroutine function"])
+def test_authenticate_other_hook_runs_in_a_thread_unless_async(
+        quiet_settings: Settings, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    from slurmtower.api.security import Principal
+
+    def lookup(token: str) -> Principal | None:
+        return Principal(name="plug", role="reader", via="plugin") if token == "plugin-token" else None
+
+    async def async_lookup(token: str) -> Principal | None:
+        return lookup(token)
+
+    app = create_app(quiet_settings)
+    app.state.services.extras["authenticate_other"] = lookup if kind == "function" else async_lookup
+    with TestClient(app) as api:
+        _warm(api, "/nodes")
+        hops = _Hops(monkeypatch)
+        assert api.get("/nodes", headers=bearer("plugin-token")).status_code == 200
+        assert api.get("/nodes", headers=bearer("not-plugin")).status_code == 401
+        assert hops.threads == (2 if kind == "function" else 0)
