@@ -4,22 +4,33 @@ Usage (against your devcluster instance; loopback only)::
 
     export SLURMTOWER_DEVCLUSTER_DIR=... ; slurmtower devcluster up ; eval "$(slurmtower devcluster env)"
     python bench/api.py                      # 50 clients, 30 s per target, 2000 held jobs
-    python bench/api.py --duration 10 --jobs 500 --clients 50
+    python bench/api.py --duration 10 --jobs 500 --clients 50 --output bench/results/api-$(date +%F).md
+
+``slurmtower serve`` runs as users run it: authentication on (a reader token made for the run,
+sent in ``Authorization: Bearer`` by every request of the "token" rows), the sensor and the load
+archiver on, one uvicorn worker, its own state directory (store, sensor key and triggers, removed
+at the end). ``auth.anonymous_read`` is on too, only so that the same server in the same minute
+answers the "no token" rows: that pair isolates what checking a token costs. The stripped
+configuration (anonymous, no sensor, no archiver), which earlier versions of this benchmark
+measured alone, is one extra row per route from a second server started afterwards. Both run
+with ``--no-access-log`` (the access log costs throughput whatever the configuration).
 
 For each of /queue (vs slurmrestd ``GET /slurm/v0.0.38/jobs``) and /nodes (vs ``/nodes``) it
 runs the same closed-loop load (``wrk`` when installed: ``apt-get install wrk``; else an
-httpx async generator) against ``slurmtower serve`` (one uvicorn worker, started here) and
-against the devcluster's slurmrestd, and prints requests/s, p50, p99 and the slurmctld RPCs
-each target caused (``sdiag`` RPC counters before and after; sdiag's own RPC excluded), with
-the ratios slurmtower/slurmrestd. The held jobs are submitted first and cancelled at the end.
-Both targets get ``Accept-Encoding: gzip`` (slurmrestd ignores it; slurmtower serves its
-pre-compressed bytes). The load generator shares the machine's cores with the servers.
+httpx async generator) and prints requests/s, p50, p99 and the slurmctld RPCs made while the
+target was under load (``sdiag`` RPC counters before and after; sdiag's own RPC excluded; the
+slurmtower server keeps running during the slurmrestd rows, so its sensor's polls count there
+as they would at a site running both), with the ratios against slurmrestd and token / no token.
+The held jobs are submitted first and cancelled at the end. Every request sends
+``Accept-Encoding: gzip`` (slurmrestd ignores it; slurmtower serves its pre-compressed bytes).
+The load generator shares the machine's cores with the servers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -30,12 +41,14 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import jwt
 
-from slurmtower.settings import load_settings
+from slurmtower.api.security import hash_token, new_token
+from slurmtower.settings import Settings, load_settings
 
 # RPCs that the benchmark does not cause (sdiag itself, the nodes' own traffic).
 _BACKGROUND_RPCS = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS", "REQUEST_PING",
@@ -163,30 +176,117 @@ def cancel(ids: list[int]) -> None:
         subprocess.run(["scancel", *map(str, ids[i:i + 500])], capture_output=True, check=False, timeout=120)
 
 
-def start_slurmtower(port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.update({"SLURMTOWER_AUTH__ANONYMOUS_READ": "true", "SLURMTOWER_EVENTS__SENSOR_ENABLED": "false",
-                "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": "false"})
-    exe = str(Path(sys.executable).with_name("slurmtower"))
-    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
+class Tower:
+    """One ``slurmtower serve`` process of the benchmark, with a state directory of its own."""
+
+    def __init__(self, settings: Settings, *, users_config: bool) -> None:
+        self.users_config = users_config
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.reader_token = new_token()
+        # SlurmUser must reach the sensor's notify program: a world-traversable directory
+        # next to the configured one (not /tmp, which may be private to this user).
+        self.state_dir = settings.state_dir / f"bench-api-{os.getpid()}-{self.port}"
+        self.state_dir.mkdir(parents=True)
+        os.chmod(self.state_dir, 0o755)
+        env = dict(os.environ)
+        env.update({
+            "SLURMTOWER_STATE_DIR": str(self.state_dir),
+            "SLURMTOWER_AUTH__ANONYMOUS_READ": "true",
+            "SLURMTOWER_EVENTS__SENSOR_ENABLED": str(users_config).lower(),
+            "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": str(users_config).lower(),
+            "SLURMTOWER_AUTH__TOKENS": json.dumps([{"name": "bench-reader", "role": "reader",
+                                                    "sha256": hash_token(self.reader_token)}]
+                                                  if users_config else []),
+        })
+        exe = str(Path(sys.executable).with_name("slurmtower"))
+        self.log = (self.state_dir / "serve.log").open("wb")
+        self.proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--no-access-log"], env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                break
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise SystemExit(f"slurmtower serve did not start (see {self.state_dir / 'serve.log'})")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.reader_token}", "Accept-Encoding": "gzip"}
+
+    def background(self) -> str:
+        """What the sensor and the archiver did, as one line (proof that they ran)."""
+        if not self.users_config:
+            return "sensor off, archiver off"
+        sensor = httpx.get(f"{self.url}/events/sensor", headers=self.headers, timeout=30).json()
+        load = httpx.get(f"{self.url}/load", params={"time": 3600}, headers=self.headers, timeout=30).json()
+        since = sensor.get("seconds_since_poll")
+        return (f"sensor: started={sensor.get('started')}, {len(sensor.get('triggers', []))} triggers armed, "
+                f"last poll {since if since is None else round(since, 1)} s ago "
+                f"(every {sensor.get('poll_interval')} s); "
+                f"archiver: archiving={load['archiving']}, {load['count']} load samples")
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit("slurmtower serve did not start")
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+        # A sensor that did not stop cleanly leaves its triggers: clear them.
+        program = str(self.state_dir / "slurmtower-notify.py")
+        out = subprocess.run(["strigger", "--get"], capture_output=True, text=True, check=False,
+                             timeout=30).stdout
+        for line in out.splitlines()[1:]:
+            words = line.split()
+            if program in words:
+                subprocess.run(["strigger", "--clear", f"--id={words[0]}"], capture_output=True, check=False,
+                               timeout=30)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+class Report:
+    """Lines printed as they come and kept for the ``--output`` Markdown file."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+
+def queue_length() -> int:
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True, timeout=60)
+    return len(out.stdout.split())
+
+
+def _cell(res: Result) -> str:
+    return (f"{res.rps:,.1f} | {res.p50_ms:.1f} | {res.p99_ms:.1f} | {res.errors} | {res.rpcs} "
+            f"({res.rpcs_per_request:.4f}/req)")
+
+
+#: (route, slurmrestd path, throughput target vs slurmrestd) -- issue 10's targets.
+ROUTES = (("/queue", "/slurm/v0.0.38/jobs", 3000.0), ("/nodes", "/slurm/v0.0.38/nodes", 15.0))
+P99_TARGET_MS = 20.0
+TOKEN_TOLERANCE = 0.10
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=30.0, help="seconds per target and route")
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--jobs", type=int, default=2000, help="held jobs in the queue during the run")
+    ap.add_argument("--jobs", type=int, default=2000, help="held jobs submitted for the run")
     ap.add_argument("--loadgen", choices=("auto", "wrk", "httpx"), default="auto")
+    ap.add_argument("--no-stripped", action="store_true", help="skip the stripped-configuration rows")
+    ap.add_argument("--output", type=Path, help="also write the report to this Markdown file")
     args = ap.parse_args()
     use_wrk = args.loadgen == "wrk" or (args.loadgen == "auto" and shutil.which("wrk") is not None)
 
@@ -201,51 +301,89 @@ def main() -> None:
         key = settings.slurm.rest_jwt_key_file.read_bytes()
         rest_headers["X-SLURM-USER-TOKEN"] = jwt.encode({"iat": now, "exp": now + 3600,
                                                          "sun": settings.slurm.rest_user}, key, "HS256")
-    tower_headers = {"Accept-Encoding": "gzip"}
-
-    print(f"load generator: {'wrk -t2' if use_wrk else 'httpx async'}, {args.clients} clients, "
-          f"{args.duration:g} s per target", flush=True)
-    print(f"submitting {args.jobs} held jobs ...", flush=True)
+    anonymous = {"Accept-Encoding": "gzip"}
+    out = Report()
+    out(f"# bench/api.py, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    out()
+    out(f"command: `python bench/api.py {' '.join(sys.argv[1:])}`; {os.cpu_count()} cores; load generator "
+        f"{'wrk -t2' if use_wrk else 'httpx async'}, {args.clients} clients, {args.duration:g} s per target")
+    out(f"submitting {args.jobs} held jobs ...")
     t = time.monotonic()
     held = submit_held(args.jobs)
-    print(f"  done in {time.monotonic() - t:.1f} s", flush=True)
-    port = free_port()
-    proc = start_slurmtower(port)
-    rows: list[tuple[str, str, Result]] = []
+    out(f"  done in {time.monotonic() - t:.1f} s; {queue_length()} jobs in the queue")
+    rows: dict[tuple[str, str], Result] = {}
+    sizes: dict[str, tuple[float, float]] = {}
+
+    def run(route: str, name: str, url: str, headers: dict[str, str]) -> None:
+        res = measure(url, headers, args.clients, args.duration, use_wrk)
+        rows[route, name] = res
+        out(f"  {name:<30} {res.rps:9.1f} req/s  p50 {res.p50_ms:7.1f} ms  p99 {res.p99_ms:7.1f} ms  "
+            f"errors {res.errors}  RPCs {res.rpcs} ({res.rpcs_per_request:.4f}/req) {res.rpc_detail}")
+
     try:
-        for route, rest_path in (("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")):
-            tower_url = f"http://127.0.0.1:{port}{route}"
-            rest_url = f"{settings.slurm.rest_url.rstrip('/')}{rest_path}"
-            size_t = httpx.get(tower_url, headers=tower_headers).num_bytes_downloaded
-            size_r = httpx.get(rest_url, headers=rest_headers, timeout=120).num_bytes_downloaded
-            print(f"{route}: slurmtower body {size_t / 1024:.1f} KiB gzipped on the wire, "
-                  f"slurmrestd {size_r / 1024:.1f} KiB", flush=True)
-            for name, url, headers in (("slurmtower", tower_url, tower_headers),
-                                       ("slurmrestd", rest_url, rest_headers)):
-                res = measure(url, headers, args.clients, args.duration, use_wrk)
-                rows.append((route, name, res))
-                print(f"  {name:<10} {res.rps:9.1f} req/s  p50 {res.p50_ms:8.1f} ms  p99 {res.p99_ms:8.1f} ms"
-                      f"  errors {res.errors}  RPCs {res.rpcs} ({res.rpcs_per_request:.4f}/req) "
-                      f"{res.rpc_detail}", flush=True)
-    finally:
-        proc.terminate()
+        tower = Tower(settings, users_config=True)
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        print(f"cancelling {len(held)} held jobs ...", flush=True)
+            out(f"slurmtower serve (users' configuration) on {tower.url}, state in {tower.state_dir}")
+            for route, rest_path, _target in ROUTES:
+                tower_url = f"{tower.url}{route}"
+                rest_url = f"{settings.slurm.rest_url.rstrip('/')}{rest_path}"
+                size_t = httpx.get(tower_url, headers=tower.headers, timeout=60).num_bytes_downloaded
+                size_r = httpx.get(rest_url, headers=rest_headers, timeout=120).num_bytes_downloaded
+                sizes[route] = size_t / 1024, size_r / 1024
+                out(f"{route}: slurmtower body {size_t / 1024:.1f} KiB gzipped on the wire, "
+                    f"slurmrestd {size_r / 1024:.1f} KiB")
+                # Warm up (first renders, the refresh worker's imports) so the token row, measured
+                # first, does not pay for them.
+                measure(tower_url, tower.headers, args.clients, min(args.duration, 3.0), use_wrk)
+                run(route, "slurmtower, token", tower_url, tower.headers)
+                run(route, "slurmtower, no token", tower_url, anonymous)
+                run(route, "slurmrestd", rest_url, rest_headers)
+            out(f"  {tower.background()}")
+        finally:
+            tower.stop()
+        if not args.no_stripped:
+            stripped = Tower(settings, users_config=False)
+            try:
+                out(f"slurmtower serve (stripped: anonymous, no sensor, no archiver) on {stripped.url}")
+                for route, _rest_path, _target in ROUTES:
+                    measure(f"{stripped.url}{route}", anonymous, args.clients, min(args.duration, 3.0), use_wrk)
+                    run(route, "slurmtower stripped, no token", f"{stripped.url}{route}", anonymous)
+            finally:
+                stripped.stop()
+    finally:
+        out(f"cancelling {len(held)} held jobs ...")
         cancel(held)
 
-    print("\nratios (slurmtower / slurmrestd), targets: throughput >= 20x, RPCs <= 1/50, p99 <= 50 ms")
-    for route in ("/queue", "/nodes"):
-        t_res = next(r for ro, n, r in rows if ro == route and n == "slurmtower")
-        r_res = next(r for ro, n, r in rows if ro == route and n == "slurmrestd")
-        thr = t_res.rps / r_res.rps if r_res.rps else float("inf")
-        rpc = (t_res.rpcs / r_res.rpcs) if r_res.rpcs else float("nan")
-        print(f"{route:<7} throughput x{thr:,.1f}  total RPCs {t_res.rpcs} vs {r_res.rpcs} (ratio {rpc:.5f})  "
-              f"slurmtower p99 {t_res.p99_ms:.1f} ms  "
-              f"[{'ok' if thr >= 20 else 'MISS'} throughput, {'ok' if rpc <= 1 / 50 else 'MISS'} RPCs, "
-              f"{'ok' if t_res.p99_ms <= 50 else 'MISS'} p99]")
+    out()
+    out("| route | target | config | credential | req/s | p50 ms | p99 ms | errors | slurmctld RPCs |")
+    out("|---|---|---|---|---:|---:|---:|---:|---:|")
+    labels = {"slurmtower, token": ("slurmtower", "users'", "reader token"),
+              "slurmtower, no token": ("slurmtower", "users'", "none"),
+              "slurmrestd": ("slurmrestd", "devcluster", "Slurm JWT"),
+              "slurmtower stripped, no token": ("slurmtower", "stripped", "none")}
+    for (route, name), res in rows.items():
+        target, config, cred = labels[name]
+        out(f"| {route} | {target} | {config} | {cred} | {_cell(res)} |")
+    out()
+    out(f"targets: throughput with a token >= {ROUTES[0][2]:,.0f}x slurmrestd on /queue, >= {ROUTES[1][2]:,.0f}x "
+        f"on /nodes; p99 <= {P99_TARGET_MS:g} ms; with a token within {TOKEN_TOLERANCE:.0%} of without")
+    out()
+    for route, _rest_path, target in ROUTES:
+        tok, anon, rest = (rows.get((route, n)) for n in ("slurmtower, token", "slurmtower, no token",
+                                                          "slurmrestd"))
+        if tok is None or anon is None or rest is None:
+            continue
+        thr = tok.rps / rest.rps if rest.rps else float("inf")
+        token_ratio = tok.rps / anon.rps if anon.rps else float("nan")
+        ok = {"throughput": thr >= target, "p99": tok.p99_ms <= P99_TARGET_MS,
+              "token": token_ratio >= 1 - TOKEN_TOLERANCE}
+        verdict = ", ".join(f"{k} {'ok' if v else 'MISS'}" for k, v in ok.items())
+        out(f"- {route}: token x{thr:,.1f} slurmrestd; token/no token throughput {token_ratio:.3f}, p99 "
+            f"{tok.p99_ms:.1f} vs {anon.p99_ms:.1f} ms; RPCs {tok.rpcs} vs slurmrestd {rest.rpcs} [{verdict}]")
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text("\n".join(out.lines) + "\n")
+        print(f"report written to {args.output}")
 
 
 if __name__ == "__main__":
