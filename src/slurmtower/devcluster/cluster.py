@@ -287,6 +287,19 @@ class DevCluster:
         for user in ["root", *self._users()]:
             self._cmd().run(["scancel", "-u", user], timeout=300, check=False)
 
+    def reset_node_states(self) -> None:
+        """Restart slurmctld without its saved node states: every node as slurm.conf defines it.
+
+        In 22.05 a node that never registered and is then drained and resumed (or undrained)
+        turns IDLE, and ~20 s later DOWN "Not responding": the scale lab's ``unknown*`` nodes
+        come back only this way. Jobs are kept.
+        """
+        self._stop([("slurmctld", _read_pid(self.run_dir / "slurmctld.pid"))])
+        for saved in (self.root / "state").glob("node_state*"):
+            saved.unlink()
+        self._start_slurmctld()
+        self._wait_idle()
+
     def is_up(self) -> bool:
         if _read_pid(self.run_dir / "slurmctld.pid") is None:
             return False

@@ -1,0 +1,760 @@
+"""The scale lab bench: slurmtower vs slurmrestd at 5,000 nodes and up to 100,000 jobs, one run.
+
+Usage (root, loopback only; the lab is its own devcluster instance beside the default one)::
+
+    .venv/bin/python bench/scale.py                    # 5,000 nodes; 1k, 10k, 50k, 100k jobs
+    .venv/bin/python bench/scale.py --quick            # 1,000 and 5,000 jobs, short windows
+    .venv/bin/python bench/scale.py --sizes 1000,20000 --duration 10 --window 30
+
+It brings up (or reuses) the scale lab (``/var/lib/slurmtower/scalelab``, name ``scale``,
+port base 20000: ``devcluster up --nodes N``), fills its queue step by step to each size
+(single jobs and arrays, users alice/bob/carol/dave in four accounts, seven partitions, a few
+names; held, waiting for a begin time or for nodes that never come, and 8 running on n1-n4)
+and at each size starts ``slurmtower serve`` as users run it (the lab's slurmtower.toml:
+authentication on, requests with the demo reader token, sensor and archiver on, access log
+on unless ``--no-access-log``) and measures, beside the lab's slurmrestd (JWT):
+
+* start-up: until ``/ready`` answers 200 and until the first ``/queue`` 200;
+* with one client polling ``/queue?limit=100`` every 2 s for ``--window`` s: the CPU of the
+  service's process tree (serve, its refresh worker, their children; /proc) per wall second
+  as % of one core, its RSS (summed), ``X-Data-Age`` against ``api.refresh_interval``, and
+  slurmctld's time in RPCs (``sdiag`` total_time deltas by message type, the nodes' own
+  and sdiag's RPCs left out) as % of wall time;
+* p99 with 50 clients (``wrk -t2``, ``--duration`` s, Authorization header) of
+  ``/queue?limit=100`` and the filtered reads; a route that answers an error is a row
+  "n/a (status N)";
+* full ``/queue`` (gzip) size and requests/s against slurmrestd ``/slurm/v0.0.38/jobs``
+  (``--rest-clients`` clients: one slurmrestd request at 100k jobs holds GBs), and the
+  RSS peak of slurmrestd meanwhile;
+* a drain of 1,000 lab nodes by one ``scontrol update``: ``slurm.node.state`` events on
+  ``/events`` within 5 s (then the nodes are resumed).
+
+It prints a markdown table (figures x sizes) and writes it to ``bench/results/scale-<date>.md``.
+At the end every job it submitted is cancelled, the nodes it drained resumed, serve stopped,
+and the lab stopped again if the bench started it. The load generator and Slurm share the
+machine's cores with the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import jwt
+
+from slurmtower.devcluster import DevCluster
+from slurmtower.nodeset import NodeSet
+from slurmtower.settings import load_settings
+
+LAB_DIR = Path("/var/lib/slurmtower/scalelab")
+LAB_NAME = "scale"
+LAB_PORT_BASE = 20000
+RESULTS = Path(__file__).resolve().parent / "results"
+TICK = os.sysconf("SC_CLK_TCK")
+
+# Who submits where (accounts as in the lab's sacctmgr setup).
+USERS = {"alice": ["physics", "astro"], "bob": ["physics", "chemistry"], "carol": ["biology"],
+         "dave": ["biology", "astro"]}
+USER_WEIGHTS = [0.4, 0.3, 0.2, 0.1]  # alice submits most: ?user=alice is a big slice
+PARTITIONS = {"debug": 0.25, "compute": 0.25, "bigmem": 0.1, "gpu": 0.15, "long": 0.15, "batch": 0.05,
+              "short": 0.05}
+SMALL_PARTITIONS = {"batch", "short"}  # two nodes: a 64-node job would be refused
+NAMES = {"sb-sim": 0.4, "sb-md-relax": 0.3, "sb-train": 0.2, "sb-post": 0.1}
+ARRAY_NAME = "sb-sweep"
+RUN_NAME = "sb-run"
+ALL_NAMES = [*NAMES, ARRAY_NAME, RUN_NAME]
+
+# RPCs the service does not cause: the nodes' own traffic, submissions, sdiag itself.
+BACKGROUND_RPCS = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS", "REQUEST_PING",
+                   "MESSAGE_EPILOG_COMPLETE", "REQUEST_COMPLETE_BATCH_SCRIPT", "REQUEST_SUBMIT_BATCH_JOB",
+                   "REQUEST_CANCEL_JOB_STEP", "REQUEST_KILL_JOB", "REQUEST_FED_INFO",
+                   "REQUEST_COMPLETE_PROLOG", "REQUEST_NODE_REGISTRATION_STATUS"}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# -- the queue --------------------------------------------------------------------------
+@dataclass
+class Queue:
+    """What the bench submitted: job ids (an array is one id) and counts as Slurm counts them."""
+
+    ids: list[int] = field(default_factory=list)
+    jobs: int = 0  # every array task counts (MaxJobCount, squeue -r)
+    records: int = 0  # squeue lines: a pending array is one
+    submit_s: float = 0.0
+    calls: int = 0
+    errors: int = 0
+
+
+def _weighted(rng: random.Random, weights: dict[str, float]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def plan(n: int, array_share: float, rng: random.Random) -> list[tuple[list[str], int]]:
+    """``n`` more jobs as sbatch argument lists, each with the number of jobs it makes."""
+    array_jobs = round(n * array_share)
+    sizes: list[int] = []
+    while array_jobs > 0:
+        k = min(rng.randint(100, 1000), array_jobs)
+        sizes.append(k)
+        array_jobs -= k
+    singles = n - sum(sizes)
+    out: list[tuple[list[str], int]] = []
+    for count in [1] * singles + sizes:
+        user = rng.choices(list(USERS), weights=USER_WEIGHTS)[0]
+        account = rng.choice(USERS[user])
+        part = _weighted(rng, PARTITIONS)
+        name = ARRAY_NAME if count > 1 else _weighted(rng, NAMES)
+        kind = rng.random()
+        if kind < 0.5:
+            extra = ["--hold"]
+        elif kind < 0.75 or part in SMALL_PARTITIONS:
+            extra = ["--begin=now+7days"]  # waiting: reason BeginTime
+        else:
+            extra = ["-N", "64"]  # waiting for nodes that never respond: reason Resources
+        if count > 1:
+            extra.append(f"--array=0-{count - 1}")
+        out.append(([f"--uid={user}", "-A", account, "-p", part, "-J", name, "-t", "60", *extra,
+                     "--wrap", "sleep 60"], count))
+    rng.shuffle(out)
+    return out
+
+
+def sbatch(env: dict[str, str], args: list[str]) -> int | None:
+    argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]  # noqa: S108
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    if proc.returncode != 0:
+        return None
+    return int(proc.stdout.strip().split(";")[0])
+
+
+def fill(queue: Queue, target: int, env: dict[str, str], *, array_share: float, workers: int,
+         rng: random.Random) -> tuple[float, float]:
+    """Submit until ``queue.jobs == target``; returns (sbatch calls/s, jobs/s) of this step."""
+    todo = plan(target - queue.jobs, array_share, rng)
+    if not todo:
+        return float("nan"), float("nan")
+    t = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda item: (sbatch(env, item[0]), item[1]), todo))
+    took = time.perf_counter() - t
+    made = 0
+    for job_id, count in results:
+        if job_id is None:
+            queue.errors += 1
+            continue
+        queue.ids.append(job_id)
+        queue.jobs += count
+        queue.records += 1
+        made += count
+    queue.submit_s += took
+    queue.calls += len(todo)
+    if queue.errors > max(10, queue.calls // 100):
+        raise SystemExit(f"{queue.errors} of {queue.calls} sbatch calls failed: see the lab's slurmctld.log")
+    return len(todo) / took, made / took
+
+
+def submit_running(queue: Queue, env: dict[str, str]) -> None:
+    """Eight 1-CPU jobs on n1-n4 (2 CPUs each) that run for the whole bench."""
+    users = list(USERS)
+    for i in range(8):
+        user = users[i % len(users)]
+        job = sbatch(env, [f"--uid={user}", "-A", USERS[user][0], "-p", "debug", "-w", f"n{i % 4 + 1}", "-n", "1",
+                           "-J", RUN_NAME, "-t", "600", "--wrap", "sleep 36000"])
+        if job is not None:
+            queue.ids.append(job)
+            queue.jobs += 1
+            queue.records += 1
+
+
+def cancel(ids: list[int], env: dict[str, str]) -> None:
+    for i in range(0, len(ids), 2000):
+        subprocess.run(["scancel", *map(str, ids[i:i + 2000])], capture_output=True, env=env, check=False,
+                       timeout=600)
+
+
+def cancel_leftovers(env: dict[str, str]) -> int:
+    """Jobs an interrupted earlier run left (the bench's job names only)."""
+    out = subprocess.run(["squeue", "-h", "-n", ",".join(ALL_NAMES), "-o", "%F"], capture_output=True,
+                         text=True, env=env, check=False, timeout=120).stdout
+    ids = sorted({int(x) for x in out.split() if x.isdigit()})
+    cancel(ids, env)
+    return len(ids)
+
+
+def squeue_count(env: dict[str, str], *flags: str) -> int:
+    out = subprocess.run(["squeue", "-h", *flags, "-n", ",".join(ALL_NAMES), "-o", "%i"], capture_output=True,
+                         text=True, env=env, check=True, timeout=300).stdout
+    return len(out.splitlines())
+
+
+# -- processes ------------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    kids = _children()
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < 10_000:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def rss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def cpu_s(pids: list[int]) -> float:
+    """utime+stime of each process plus its reaped children's (squeue, sinfo ...)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(x) for x in fields[11:15])
+    return ticks / TICK
+
+
+class RssSampler:
+    """The peak summed RSS of a process tree, sampled every 0.2 s in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, rss_mib(tree(self.pid)))
+
+    def __enter__(self) -> RssSampler:
+        self.peak = rss_mib(tree(self.pid))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+# -- slurmctld's view ---------------------------------------------------------------------
+_RPC = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
+
+
+def rpc_times(env: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """``{message type: (count, total µs)}`` from sdiag."""
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, env=env, check=True, timeout=60).stdout
+    section = out.split("Remote Procedure Call statistics by message type", 1)[1]
+    section = section.split("Remote Procedure Call statistics by user", 1)[0]
+    return {m[1]: (int(m[2]), int(m[3])) for m in _RPC.finditer(section)}
+
+
+def rpc_delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[int, float]:
+    """(RPC count, controller seconds) added between two sdiag readings, background left out."""
+    count, micros = 0, 0
+    for name, (c, t) in after.items():
+        if name in BACKGROUND_RPCS:
+            continue
+        c0, t0 = before.get(name, (0, 0))
+        count += c - c0
+        micros += t - t0
+    return count, micros / 1e6
+
+
+# -- HTTP -----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+_WRK_LAT = re.compile(r"^\s*(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", re.M)
+
+
+@dataclass
+class Load:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    requests: int
+
+
+def wrk(url: str, headers: dict[str, str], clients: int, duration: float) -> Load:
+    argv = ["wrk", "-t2", f"-c{clients}", f"-d{max(1, int(duration))}s", "--timeout", "30s", "--latency", url]
+    for k, v in headers.items():
+        argv += ["-H", f"{k}: {v}"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
+    unit = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    lat = {m[1]: float(m[2]) * unit[m[3]] for m in _WRK_LAT.finditer(out)}
+    m = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)", out)
+    if m is None:
+        raise RuntimeError(f"unexpected wrk output: {out}")
+    secs = float(m[2]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m[3]]
+    errors = 0
+    for pat in (r"Non-2xx or 3xx responses: (\d+)",
+                r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"):
+        e = re.search(pat, out)
+        if e:
+            errors += sum(int(x) for x in e.groups())
+    return Load(int(m[1]) / secs, lat.get("50", float("nan")), lat.get("99", float("nan")), errors, int(m[1]))
+
+
+def httpx_load(url: str, headers: dict[str, str], clients: int, duration: float, timeout: float) -> Load:
+    """A closed loop of ``clients`` for big, slow bodies (slurmrestd): every request completes."""
+    latencies: list[float] = []
+    errors = 0
+
+    async def main() -> float:
+        nonlocal errors
+        async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+            end = time.perf_counter() + duration
+
+            async def worker() -> None:
+                nonlocal errors
+                while not latencies or time.perf_counter() < end:
+                    t = time.perf_counter()
+                    try:
+                        r = await http.get(url)
+                        if r.status_code >= 400:
+                            errors += 1
+                    except httpx.HTTPError:
+                        errors += 1
+                    latencies.append(time.perf_counter() - t)
+                    if len(latencies) > 100_000:
+                        return
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(clients)))
+            return time.perf_counter() - start
+
+    secs = asyncio.run(main())
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 2 else [max(latencies)] * 99
+    return Load(len(latencies) / secs, q[49] * 1000, q[98] * 1000, errors, len(latencies))
+
+
+def body_size(url: str, headers: dict[str, str], timeout: float) -> tuple[int, int, float]:
+    """(status, bytes on the wire, seconds) of one GET with ``Accept-Encoding: gzip``."""
+    t = time.perf_counter()
+    with httpx.stream("GET", url, headers={**headers, "Accept-Encoding": "gzip"}, timeout=timeout) as r:
+        for _ in r.iter_raw():
+            pass
+        return r.status_code, r.num_bytes_downloaded, time.perf_counter() - t
+
+
+# -- the service ------------------------------------------------------------------------
+class Serve:
+    """``slurmtower serve`` as users run it, against the lab (own state dir, own port)."""
+
+    def __init__(self, cluster: DevCluster, state_dir: Path, *, access_log: bool, stripped: bool = False) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(state_dir, 0o755)  # noqa: S103 - the sensor's notify program runs as SlurmUser
+        env = cluster.command_env()
+        env["SLURMTOWER_STATE_DIR"] = str(state_dir)
+        if stripped:
+            env.update({"SLURMTOWER_AUTH__ANONYMOUS_READ": "true", "SLURMTOWER_EVENTS__SENSOR_ENABLED": "false",
+                        "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": "false"})
+        exe = str(Path(sys.executable).with_name("slurmtower"))
+        argv = [exe, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        if not access_log:
+            argv.append("--no-access-log")
+        self.log_path = state_dir / "serve.log"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,  # noqa: S603
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_ready(self, headers: dict[str, str], timeout: float = 180) -> tuple[float, float]:
+        """Seconds from the start to /ready 200 and to the first /queue 200."""
+        ready = first_queue = float("nan")
+        end = self.started + timeout
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            for path in ("/ready", "/queue"):
+                while True:
+                    if self.proc.poll() is not None:
+                        raise SystemExit(f"slurmtower serve exited ({self.proc.returncode}): see {self.log_path}")
+                    if time.perf_counter() > end:
+                        raise SystemExit(f"slurmtower serve: no 200 from {path} in {timeout:g} s: {self.log_path}")
+                    try:
+                        if http.get(path, headers=headers).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    time.sleep(0.05)
+                took = time.perf_counter() - self.started
+                if path == "/ready":
+                    ready = took
+                else:
+                    first_queue = took
+        return ready, first_queue
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+@contextmanager
+def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]:
+    shutil.rmtree(state_dir, ignore_errors=True)
+    serve = Serve(cluster, state_dir, **kw)
+    try:
+        yield serve
+    finally:
+        serve.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float) -> dict[str, float]:
+    """One client on /queue?limit=100 every 2 s: CPU, RSS, data age and controller time."""
+    ages: list[float] = []
+    statuses: list[int] = []
+    time.sleep(2)  # let the first refreshes and the sensor's first polls settle
+    pids = tree(serve.proc.pid)
+    rpc0 = rpc_times(env)
+    cpu0, t0 = cpu_s(pids), time.perf_counter()
+    with RssSampler(serve.proc.pid) as rss, httpx.Client(base_url=serve.url, timeout=30, headers=headers) as http:
+        for i in range(max(1, int(window / 2))):
+            r = http.get("/queue", params={"limit": 100})
+            statuses.append(r.status_code)
+            if "x-data-age" in r.headers:
+                ages.append(float(r.headers["x-data-age"]))
+            time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
+        cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
+        rss_now = rss_mib(tree(serve.proc.pid))
+    rpcs, ctld_s = rpc_delta(rpc0, rpc_times(env))
+    wall = t1 - t0
+    return {
+        "cpu_pct": 100 * (cpu1 - cpu0) / wall,
+        "rss_mib": rss_now,
+        "rss_peak_mib": rss.peak,
+        "age_p50": statistics.median(ages) if ages else float("nan"),
+        "age_max": max(ages) if ages else float("nan"),
+        "bad_status": float(sum(1 for s in statuses if s != 200)),
+        "ctld_pct": 100 * ctld_s / wall,
+        "rpcs_per_s": rpcs / wall,
+    }
+
+
+@dataclass
+class Route:
+    label: str
+    path: str
+
+
+def routes_for(nodes: int) -> list[Route]:
+    return [
+        Route("/queue?limit=100", "/queue?limit=100"),
+        Route("/queue?user=alice", "/queue?user=alice"),
+        Route("/queue?partition=gpu", "/queue?partition=gpu"),
+        Route("/queue?state=PENDING", "/queue?state=PENDING"),
+        Route("/queue?name=sb-md-relax", "/queue?name=sb-md-relax"),
+        Route("/nodes?state=idle", "/nodes?state=idle"),
+        Route("/nodes?partition=gpu", "/nodes?partition=gpu"),
+    ]
+
+
+def route_p99(serve: Serve, route: Route, headers: dict[str, str], clients: int, duration: float) -> str:
+    status, _size, _secs = body_size(serve.url + route.path, headers, 60)
+    if status >= 400:
+        return f"n/a (status {status})"
+    # as HTTP clients do (httpx, requests, browsers): a 5,000-node list is 4 MB uncompressed
+    load = wrk(serve.url + route.path, {**headers, "Accept-Encoding": "gzip"}, clients, duration)
+    if not load.requests:
+        return f"n/a (no answer in {duration:g} s)"
+    err = f", {load.errors} errors" if load.errors else ""
+    return f"{load.p99_ms:.1f} ms ({load.rps:,.0f}/s{err})"
+
+
+# -- the drain ------------------------------------------------------------------------
+def drain_events(serve: Serve, headers: dict[str, str], env: dict[str, str], nodes: NodeSet,
+                 within: float = 5.0) -> tuple[int, float, int]:
+    """Drain ``nodes`` in one scontrol call; (events within ``within`` s, time of the last, total by 15 s)."""
+    start = datetime.now(UTC).isoformat()
+    wanted = set(nodes)
+    seen: dict[str, float] = {}
+    last_id: int | None = None
+    t0 = time.perf_counter()
+    subprocess.run(["scontrol", "update", f"nodename={nodes}", "state=drain", "reason=scale-bench"],
+                   capture_output=True, env=env, check=True, timeout=60)
+    with httpx.Client(base_url=serve.url, headers=headers, timeout=30) as http:
+        while time.perf_counter() - t0 < 15 and len(seen) < len(wanted):
+            params: dict[str, str | int] = {"type": "slurm.node.state", "start": start, "limit": 1000}
+            if last_id is not None:
+                params["since"] = last_id
+            r = http.get("/events", params=params)
+            if r.status_code != 200:
+                raise RuntimeError(f"/events answered {r.status_code}: {r.text[:200]}")
+            page = r.json()
+            now = time.perf_counter() - t0
+            for event in page:
+                last_id = max(last_id or 0, int(event["id"]))
+                if event.get("node") in wanted:
+                    seen.setdefault(event["node"], now)
+            if len(page) < 1000:
+                time.sleep(0.1)
+    in_time = [t for t in seen.values() if t <= within]
+    return len(in_time), max(in_time, default=float("nan")), len(seen)
+
+
+def resume(nodes: NodeSet, env: dict[str, str]) -> None:
+    """Clear the drain (22.05's RESUME refuses never-registered nodes but clears it; UNDRAIN too)."""
+    for state in ("resume", "undrain"):
+        subprocess.run(["scontrol", "update", f"nodename={nodes}", f"state={state}"], capture_output=True, env=env,
+                       check=False, timeout=60)
+    for _ in range(100):
+        out = subprocess.run(["sinfo", "-h", "-n", str(nodes), "-t", "drain,drained,draining", "-o", "%N"],
+                             capture_output=True, text=True, env=env, check=False, timeout=60).stdout
+        if not out.strip():
+            return
+        time.sleep(0.2)
+    log(f"warning: {out.strip()} still drained")
+
+
+# -- the run ----------------------------------------------------------------------------
+def rest_headers(settings_file: Path) -> dict[str, str]:
+    settings = load_settings(settings_file, environ={})
+    headers = {"X-SLURM-USER-NAME": settings.slurm.rest_user}
+    if settings.slurm.rest_jwt_key_file is None:
+        raise SystemExit("the lab's slurmtower.toml names no rest_jwt_key_file")
+    now = int(time.time())
+    key = settings.slurm.rest_jwt_key_file.read_bytes()
+    headers["X-SLURM-USER-TOKEN"] = jwt.encode({"iat": now, "exp": now + 6 * 3600, "sun": settings.slurm.rest_user},
+                                               key, "HS256")
+    return headers
+
+
+def fmt_ratio(a: float, b: float) -> str:
+    return f"x{a / b:,.0f}" if b else "n/a"
+
+
+def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, reader: dict[str, str],
+                 rest: dict[str, str], drain_set: NodeSet) -> dict[str, str]:
+    env = cluster.command_env()
+    col: dict[str, str] = {}
+    col["jobs / records (squeue -r / squeue)"] = (f"{squeue_count(env, '-r'):,} / {squeue_count(env):,}")
+    interval = load_settings(cluster.tower_conf, environ={}).api.refresh_interval
+    state_dir = cluster.root / "bench-serve"
+    with serving(cluster, state_dir, access_log=args.access_log) as serve:
+        ready, first = serve.wait_ready(reader)
+        col["start-up: /ready, first /queue 200 (s)"] = f"{ready:.2f}, {first:.2f}"
+        w = poll_window(serve, reader, env, args.window)
+        col["RSS of the service's processes (MiB, idle / peak)"] = f"{w['rss_mib']:.0f} / {w['rss_peak_mib']:.0f}"
+        col["refresh CPU, one poller (% of a core)"] = f"{w['cpu_pct']:.1f}"
+        col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
+            f"{w['age_p50']:.1f} / {w['age_max']:.1f} (x{w['age_max'] / interval:.1f})")
+        col["slurmctld time in RPCs, one poller (% of wall)"] = f"{w['ctld_pct']:.2f} ({w['rpcs_per_s']:.2f} RPC/s)"
+        for route in routes_for(cluster.node_count):
+            log(f"  wrk {route.label} ...")
+            col[f"p99 {route.label}, {args.clients} clients"] = route_p99(serve, route, reader, args.clients,
+                                                                           args.duration)
+        # the full lists against slurmrestd
+        with RssSampler(serve.proc.pid) as rss_t:
+            for full, rest_path in (("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")):
+                status_t, size_t, _ = body_size(serve.url + full, reader, 120)
+                status_r, size_r, secs_r = body_size(cluster_rest(cluster) + rest_path, rest, 600)
+                col[f"full {full} on the wire (gzip) vs slurmrestd"] = (
+                    f"{size_t / 1024:,.0f} KiB vs {size_r / 1024:,.0f} KiB ({fmt_ratio(size_r, size_t)} smaller)"
+                    if status_t == 200 and status_r == 200 else f"n/a (status {status_t} / {status_r})")
+                if status_t != 200 or status_r != 200:
+                    continue
+                log(f"  full {full}: wrk {args.clients} clients, slurmrestd {args.rest_clients} ...")
+                t_load = wrk(serve.url + full, {**reader, "Accept-Encoding": "gzip"}, args.clients, args.duration)
+                rest_pid = rest_pid_of(cluster)
+                rpc0 = rpc_times(env)
+                with RssSampler(rest_pid) as rss_r:
+                    r_load = httpx_load(cluster_rest(cluster) + rest_path, rest, args.rest_clients,
+                                        max(args.duration, 2 * secs_r), 600)
+                n_rpc, ctld_s = rpc_delta(rpc0, rpc_times(env))
+                col[f"full {full} req/s: slurmtower vs slurmrestd"] = (
+                    f"{t_load.rps:,.0f} vs {r_load.rps:,.2f} ({fmt_ratio(t_load.rps, r_load.rps)}); "
+                    f"p99 {t_load.p99_ms:,.0f} vs {r_load.p99_ms:,.0f} ms")
+                col[f"slurmrestd {rest_path.rsplit('/', 1)[1]}: RSS peak, controller ms/request"] = (
+                    f"{rss_r.peak:,.0f} MiB, {1000 * ctld_s / max(1, r_load.requests):,.1f} ms "
+                    f"({n_rpc / max(1, r_load.requests):.1f} RPC/request)")
+        col["RSS of the service's processes, peak under load (MiB)"] = f"{max(rss_t.peak, w['rss_peak_mib']):.0f}"
+        count, last, total = drain_events(serve, reader, env, drain_set)
+        resume(drain_set, env)
+        col[f"drain of {len(drain_set):,} nodes: events within 5 s"] = (
+            f"{count:,} (last at {last:.2f} s; {total:,} by 15 s)")
+    if args.stripped:
+        with serving(cluster, state_dir, access_log=False, stripped=True) as serve:
+            ready, first = serve.wait_ready({})
+            w = poll_window(serve, {}, env, args.window)
+            p99 = route_p99(serve, Route("/queue?limit=100", "/queue?limit=100"), {}, args.clients, args.duration)
+            col["stripped (anonymous, no sensor/archiver/access log): CPU %, RSS MiB, p99 limit=100"] = (
+                f"{w['cpu_pct']:.1f}, {w['rss_mib']:.0f}, {p99}")
+    return col
+
+
+def cluster_rest(cluster: DevCluster) -> str:
+    return f"http://127.0.0.1:{cluster.rest_port}"
+
+
+def rest_pid_of(cluster: DevCluster) -> int:
+    pid = cluster.status()["daemons"]
+    assert isinstance(pid, dict)
+    value = pid.get("slurmrestd")
+    if not isinstance(value, int):
+        raise SystemExit("the lab's slurmrestd is not running")
+    return value
+
+
+def table(columns: dict[int, dict[str, str]], header: list[str]) -> str:
+    rows: list[str] = []
+    for col in columns.values():
+        rows += [k for k in col if k not in rows]
+    sizes = list(columns)
+    out = [*header, "", "| figure | " + " | ".join(f"{s:,} jobs" for s in sizes) + " |",
+           "|---|" + "---|" * len(sizes)]
+    out += ["| " + row + " | " + " | ".join(columns[s].get(row, "") for s in sizes) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--sizes", default="1000,10000,50000,100000", help="queue sizes (jobs), ascending")
+    ap.add_argument("--quick", action="store_true", help="sizes 1000,5000, 5 s per route, a 10 s window")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of wrk per route")
+    ap.add_argument("--window", type=float, default=30.0, help="seconds of the one-poller window")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--rest-clients", type=int, default=1, help="concurrent slurmrestd /jobs requests")
+    ap.add_argument("--array-share", type=float, default=0.2, help="share of the jobs in arrays (100-1,000 tasks)")
+    ap.add_argument("--submit-workers", type=int, default=6, help="parallel sbatch processes")
+    ap.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                    help="serve's access log (on by default, as users run it)")
+    ap.add_argument("--stripped", action="store_true", help="an extra row: anonymous, sensor and archiver off")
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.duration, args.window = "1000,5000", 5.0, 10.0
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    if os.geteuid() != 0:
+        raise SystemExit("bench/scale.py runs as root (it brings up the lab and submits as its users)")
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+
+    cluster = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE, nodes=args.nodes,
+                         log=lambda m: log(f"  {m}"))
+    was_up = cluster.is_up()
+    was_nodes = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE).node_count
+    log(f"scale lab: {args.nodes} nodes in {LAB_DIR} ({'reused' if was_up else 'starting it'})")
+    took = cluster.up()
+    env = cluster.command_env()
+    leftovers = cancel_leftovers(env)
+    if leftovers:
+        log(f"  cancelled {leftovers} jobs an earlier run left")
+    tokens = cluster.demo_tokens()
+    reader = {"Authorization": f"Bearer {tokens['reader']}"}
+    rest = rest_headers(cluster.tower_conf)
+    # 1,000 nodes without slurmd per size, a fresh set each time (all of them in a smaller lab):
+    # 22.05 turns a drained and resumed never-registered node down* 20 s later
+    drain_sets = [NodeSet(f"n[{a}-{a + 999}]") for a in range(1001, args.nodes - 998, 1000)] or [
+        NodeSet(f"n[5-{min(args.nodes, 1004)}]")]
+    drained = NodeSet()
+
+    rng = random.Random(10)  # noqa: S311 - a reproducible queue, not a secret
+    queue = Queue()
+    columns: dict[int, dict[str, str]] = {}
+    header = [f"# slurmtower scale lab, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
+              f"{args.nodes:,} nodes (n1-n4 with slurmd), Slurm 22.05; {os.cpu_count()} cores shared by "
+              f"Slurm, the service and the load generator. slurmtower serve: the lab's slurmtower.toml "
+              f"(auth on, reader token, sensor and archiver on, access log {'on' if args.access_log else 'off'}); "
+              f"wrk -t2 -c{args.clients} -d{args.duration:g}s; slurmrestd with {args.rest_clients} client(s); "
+              f"one-poller window {args.window:g} s. Lab up in {took:.1f} s."]
+    try:
+        submit_running(queue, env)
+        for step, size in enumerate(sizes):
+            drain_set = drain_sets[step % len(drain_sets)]
+            drained = drained | drain_set
+            log(f"filling the queue to {size:,} jobs ...")
+            calls_rate, jobs_rate = fill(queue, size, env, array_share=args.array_share,
+                                         workers=args.submit_workers, rng=rng)
+            log(f"  {queue.jobs:,} jobs in {queue.records:,} records; this step {calls_rate:,.0f} sbatch/s, "
+                f"{jobs_rate:,.0f} jobs/s")
+            log(f"measuring at {size:,} jobs ...")
+            col = measure_size(cluster, queue, args, reader, rest, drain_set)
+            col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
+            columns[size] = col
+            log(json.dumps(col, indent=1))
+    finally:
+        log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
+        cancel(queue.ids, env)
+        if drained:
+            resume(drained, env)
+            if was_up:
+                log(f"  {drained} back to unknown*: slurmctld restarted without its node states")
+                cluster.reset_node_states()
+        if not was_up:
+            cluster.down()
+            for saved in (cluster.root / "state").glob("node_state*"):
+                saved.unlink()
+        elif was_nodes != args.nodes:
+            log(f"  the lab had {was_nodes} nodes: bringing it back")
+            DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE, nodes=was_nodes,
+                       log=lambda m: log(f"  {m}")).up()
+    if columns:
+        header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
+                      f"{args.array_share:.0%} of the jobs in arrays) in {queue.submit_s:.0f} s: "
+                      f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} jobs/s; "
+                      f"{queue.errors} failed.")
+        text = table(columns, header)
+        print("\n" + text)
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"scale-{datetime.now(UTC):%Y-%m-%d}.md"
+        out.write_text(text)
+        log(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
