@@ -434,6 +434,8 @@ class Serve:
         return ready, first_queue
 
     def stop(self) -> None:
+        if self._log.closed:
+            return
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -450,6 +452,15 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
     serve = Serve(cluster, state_dir, **kw)
     try:
         yield serve
+    except BaseException:
+        exited = serve.proc.poll()
+        serve.stop()
+        kept = Path(f"/tmp/slurmtower-scale-serve-{os.getpid()}.log")  # noqa: S108
+        shutil.copyfile(serve.log_path, kept)
+        tail = kept.read_text(errors="replace").splitlines()[-15:]
+        log(f"slurmtower serve {'exited ' + str(exited) if exited is not None else 'was running'}; "
+            f"its log: {kept}\n" + "\n".join(tail))
+        raise
     finally:
         serve.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
@@ -671,7 +682,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rest-clients", type=int, default=1, help="concurrent slurmrestd /jobs requests")
     ap.add_argument("--array-share", type=float, default=0.2, help="share of the jobs in arrays (100-1,000 tasks)")
-    ap.add_argument("--submit-workers", type=int, default=6, help="parallel sbatch processes")
+    ap.add_argument("--submit-workers", type=int, default=4, help="parallel sbatch processes")
     ap.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
                     help="serve's access log (on by default, as users run it)")
     ap.add_argument("--stripped", action="store_true", help="an extra row: anonymous, sensor and archiver off")

@@ -171,7 +171,8 @@ def scale_cluster() -> Iterator[DevCluster]:
     """A 1,000-node scale lab (``devcluster up --nodes 1000``), its own dir, name and ports.
 
     n1-n4 run a slurmd (idle, they run jobs), n5-n1000 have none (``unknown*``:
-    UNKNOWN+NOT_RESPONDING). Partitions: debug (all, default), batch n[1-2], short n[3-4],
+    UNKNOWN+NOT_RESPONDING; 22.05 turns one that is drained and resumed ``down*``, "Not
+    responding", ~20 s later, for the rest of the session). Partitions: debug (all, default), batch n[1-2], short n[3-4],
     compute n[1-900], bigmem n[3-4,601-900], gpu n[1-2,901-1000], long n[501-1000].
     Users alice, bob, carol, dave; accounts physics, chemistry, biology, astro.
 
@@ -188,6 +189,8 @@ def scale_cluster() -> Iterator[DevCluster]:
                          nodes=SCALE_NODES, log=lambda _m: None)
     with _scale_lock(SCALE_DIR) as sessions:
         alone = not any(sessions.glob("*.pid"))
+        if alone:
+            _forget_node_states(cluster)  # an earlier session that died left drains behind
         cluster.up()
         if alone:
             cluster.cancel_jobs()
@@ -200,6 +203,14 @@ def scale_cluster() -> Iterator[DevCluster]:
             if not any(sessions.glob("*.pid")):
                 cluster.cancel_jobs()
                 cluster.down()
+                _forget_node_states(cluster)
+
+
+def _forget_node_states(cluster: DevCluster) -> None:
+    """The next `up` of a stopped lab starts every node as slurm.conf says (unknown*, not down*)."""
+    if not cluster.is_up():
+        for saved in (cluster.root / "state").glob("node_state*"):
+            saved.unlink()
 
 
 def scale_sh(cluster: DevCluster, *argv: str, check: bool = True, timeout: float = 60) -> str:

@@ -48,19 +48,39 @@ def test_the_slurmd_nodes_are_idle_and_run_jobs(scale_cluster: DevCluster) -> No
         "COMPLETED", "n1", "compute", "carol")
 
 
+def _scontrol_nodes(cluster: DevCluster) -> dict[str, dict[str, str]]:
+    out = scale_sh(cluster, "scontrol", "-o", "show", "node")
+    nodes = {}
+    for line in out.splitlines():
+        # Reason is last and may hold spaces
+        head, _, reason = line.partition(" Reason=")
+        fields = dict(f.split("=", 1) for f in head.split() if "=" in f)
+        fields["Reason"] = reason
+        nodes[fields["NodeName"]] = fields
+    return nodes
+
+
 @pytest.mark.cluster
 def test_nodes_without_slurmd_show_as_unknown_and_not_responding(scale_cluster: DevCluster) -> None:
-    """22.05 never sets a node that has never registered DOWN: it stays UNKNOWN+NOT_RESPONDING."""
+    """22.05 never sets a node that has never registered DOWN: it stays UNKNOWN+NOT_RESPONDING.
+
+    Once its state is updated (drained and resumed by another scale test of this session),
+    it turns IDLE and, one ping round later, DOWN "Not responding" (``down*``).
+    """
     others = NodeSet(f"n[5-{SCALE_NODES}]")
 
-    def not_responding() -> bool:
-        states = _states(scale_cluster)
-        return all(states[n] == "unknown*" for n in others)
+    def not_responding() -> dict[str, dict[str, str]] | None:
+        nodes = _scontrol_nodes(scale_cluster)
+        return nodes if all("NOT_RESPONDING" in nodes[n]["State"].split("+") for n in others) else None
 
-    wait_for(not_responding, 40, 0.5, what="the first failed registration round")
-    show = scale_sh(scale_cluster, "scontrol", "-o", "show", "node", f"n{SCALE_NODES}")
-    assert "State=UNKNOWN+NOT_RESPONDING " in show
-    assert "Reason=" not in show
+    nodes = wait_for(not_responding, 40, 0.5, what="the first failed registration round")
+    sinfo = _states(scale_cluster)
+    untouched = [n for n in others if not nodes[n]["Reason"]]
+    assert untouched, "every lab node has been drained or downed by another test"
+    assert {nodes[n]["State"] for n in untouched} == {"UNKNOWN+NOT_RESPONDING"}
+    assert {sinfo[n] for n in untouched} == {"unknown*"}
+    for n in set(others) - set(untouched):
+        assert nodes[n]["State"].startswith(("DOWN+", "UNKNOWN+", "IDLE+")), (n, nodes[n]["State"])
 
 
 @pytest.mark.cluster
@@ -98,17 +118,25 @@ def test_the_lab_has_more_users_and_accounts(scale_cluster: DevCluster) -> None:
 
 @pytest.mark.cluster
 def test_a_plain_up_and_status_keep_the_node_count(scale_cluster: DevCluster) -> None:
-    again = DevCluster(root=scale_cluster.root, cluster_name=scale_cluster.cluster_name,
-                       port_base=scale_cluster.port_base, log=lambda _m: None)
-    assert again.node_count == SCALE_NODES
+    again = DevCluster(root=scale_cluster.root, log=lambda _m: None)
+    assert (again.node_count, again.cluster_name, again.port_base) == (
+        SCALE_NODES, scale_cluster.cluster_name, scale_cluster.port_base)
     assert again.up() < 5  # already up: a quick no-op, not a restart
-    proc = subprocess.run([".venv/bin/slurmtower", "devcluster", "status", "-o", "json"], capture_output=True,
-                          text=True, timeout=60, check=False, env=scale_cluster.command_env())
+    # only --dir, and a shell that exported the default cluster's name and ports
+    env = {**scale_cluster.command_env(), "SLURMTOWER_DEVCLUSTER_NAME": "tower",
+           "SLURMTOWER_DEVCLUSTER_PORT_BASE": "26800"}
+    del env["SLURMTOWER_DEVCLUSTER_DIR"]
+    proc = subprocess.run([".venv/bin/slurmtower", "devcluster", "status", "-o", "json", "--dir",
+                           str(scale_cluster.root)], capture_output=True, text=True, timeout=60, check=False, env=env)
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
     assert (status["node_count"], len(status["nodes"]), status["cluster"]) == (SCALE_NODES, SCALE_NODES,
                                                                                 scale_cluster.cluster_name)
-    assert json.loads((scale_cluster.root / "etc" / "devcluster.json").read_text()) == {"nodes": SCALE_NODES}
+    exports = subprocess.run([".venv/bin/slurmtower", "devcluster", "env", "--dir", str(scale_cluster.root)],
+                             capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+    assert f"SLURMTOWER_DEVCLUSTER_PORT_BASE={scale_cluster.port_base}\n" in exports
+    assert json.loads((scale_cluster.root / "etc" / "devcluster.json").read_text()) == {
+        "nodes": SCALE_NODES, "cluster_name": scale_cluster.cluster_name, "port_base": scale_cluster.port_base}
 
 
 @pytest.mark.cluster

@@ -126,14 +126,27 @@ class DevCluster:
     """The local cluster rooted at ``root``; ``port_base`` shifts every port."""
 
     root: Path = field(default_factory=lambda: Path(os.environ.get("SLURMTOWER_DEVCLUSTER_DIR", DEFAULT_DIR)))
-    cluster_name: str = field(default_factory=lambda: os.environ.get("SLURMTOWER_DEVCLUSTER_NAME", "tower"))
-    port_base: int = field(default_factory=lambda: int(os.environ.get("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")))
+    # "" / 0: as this dir was last brought up with (etc/devcluster.json), else
+    # $SLURMTOWER_DEVCLUSTER_NAME / _PORT_BASE, else tower / 26800
+    cluster_name: str = ""
+    port_base: int = 0
     runner: CommandRunner = field(default_factory=lambda: CommandRunner(timeout=120))
     log: Callable[[str], None] = print
     nodes: int | None = None
     """Node definitions (4-5,000); ``None``: the count this cluster's dir was brought up with, else 4."""
 
     def __post_init__(self) -> None:
+        # A dir's own record first: a shell that exported another cluster's env must not
+        # bring this one up under that cluster's name and ports.
+        saved = self._saved()
+        if not self.cluster_name:
+            name = saved.get("cluster_name")
+            self.cluster_name = (name if isinstance(name, str) and name
+                                 else os.environ.get("SLURMTOWER_DEVCLUSTER_NAME", "tower"))
+        if not self.port_base:
+            port = saved.get("port_base")
+            self.port_base = (port if isinstance(port, int) and port > 0
+                              else int(os.environ.get("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")))
         if self.nodes is not None:
             self._check_node_count(self.nodes)
 
@@ -204,11 +217,16 @@ class DevCluster:
             return self.nodes
         return self._saved_node_count() or MIN_NODES
 
-    def _saved_node_count(self) -> int | None:
+    def _saved(self) -> dict[str, object]:
+        """What ``up`` last wrote to etc/devcluster.json: nodes, cluster_name, port_base."""
         try:
-            count = json.loads(self.lab_file.read_text())["nodes"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            data = json.loads(self.lab_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _saved_node_count(self) -> int | None:
+        count = self._saved().get("nodes")
         return count if isinstance(count, int) else None
 
     @property
@@ -510,7 +528,8 @@ class DevCluster:
             secret_file.write_text(json.dumps({"slurm": secrets.token_hex(12), "reader": secrets.token_hex(12)}))
             os.chmod(secret_file, 0o600)
         self._save_state(own_mariadb=own_mariadb)
-        self.lab_file.write_text(json.dumps({"nodes": self.node_count}) + "\n")
+        self.lab_file.write_text(json.dumps({"nodes": self.node_count, "cluster_name": self.cluster_name,
+                                             "port_base": self.port_base}) + "\n")
         self._write_configs(own_mariadb=own_mariadb)
 
     def _secrets(self) -> dict[str, str]:
