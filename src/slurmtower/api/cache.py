@@ -32,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import resource
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,9 +44,10 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic_core import to_json
 
-from slurmtower.api.offload import OffloadSpec, RefreshWorker, cpu_now, render_bytes
+from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.api.services import Services
 from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
+from slurmtower.models.table import JobTable
 
 __all__ = [
     "FastReads",
@@ -59,12 +62,19 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: A rendered view larger than this keeps only its gzip.
+KEEP_PLAIN_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Rendered:
-    """A view of one or more snapshots, serialized once."""
+    """A view of one or more snapshots, serialized once.
 
-    body: bytes
+    A big view keeps only its gzip (``body`` is ``None``): the queue of 100,000 jobs is 45 MB
+    of JSON and 4 MB compressed; the rare client that does not take gzip gets it inflated.
+    """
+
+    body: bytes | None
     gzip: bytes | None
     etag: str
     fetched_at: datetime
@@ -102,7 +112,13 @@ class _Entry:
     generation: int = 0
     cost: float = 0.0
     """CPU seconds one refresh costs (a moving average of the measured rounds)."""
+    controller: float = 0.0
+    """Seconds of slurmctld's time one refresh costs (sdiag's average of its RPCs)."""
     rounds: int = 0
+    table: Any = None
+    """For a resource read as deltas: the table the deltas apply to (before ``transform``)."""
+    seq: int = -1
+    """...and the number of the read it stands at."""
 
 
 @dataclass
@@ -123,6 +139,8 @@ class SnapshotCache:
         cpu_share: the share of one core that refreshing every resource once per interval
             may cost; the interval grows past ``refresh_interval`` when the measured rounds
             cost more (0 disables the adaptation).
+        controller_share: the same for slurmctld's time (the RPCs' average time in sdiag,
+            known when the refresh worker reads).
         clock: monotonic clock (tests may pass their own).
     """
 
@@ -133,6 +151,7 @@ class SnapshotCache:
         slurm_wait: float,
         serve_stale: bool = False,
         cpu_share: float = 0.25,
+        controller_share: float = 0.05,
         max_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -140,6 +159,7 @@ class SnapshotCache:
         self.slurm_wait = slurm_wait
         self.serve_stale = serve_stale
         self.cpu_share = cpu_share
+        self.controller_share = controller_share
         self.max_interval = max(max_interval, refresh_interval)
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
@@ -166,16 +186,22 @@ class SnapshotCache:
     @property
     def interval(self) -> float:
         """The refresh interval in force: ``refresh_interval``, or longer when one refresh of
-        every resource costs more than ``cpu_share`` of a core over it (at most
-        ``max_interval``)."""
-        if self.cpu_share <= 0:
-            return self.refresh_interval
-        cost = sum(e.cost for e in self._entries.values())
-        return min(self.max_interval, max(self.refresh_interval, cost / self.cpu_share))
+        every resource costs more than ``cpu_share`` of a core, or more than
+        ``controller_share`` of slurmctld's time, over it (at most ``max_interval``)."""
+        wanted = self.refresh_interval
+        if self.cpu_share > 0:
+            wanted = max(wanted, sum(e.cost for e in self._entries.values()) / self.cpu_share)
+        if self.controller_share > 0:
+            wanted = max(wanted, sum(e.controller for e in self._entries.values()) / self.controller_share)
+        return min(self.max_interval, wanted)
 
     def cost(self, resource: str) -> float:
         """CPU seconds one refresh of ``resource`` costs (moving average; 0 before the first)."""
         return self._entries[resource].cost
+
+    def controller_cost(self, resource: str) -> float:
+        """slurmctld seconds one refresh of ``resource`` costs (0 when not known)."""
+        return self._entries[resource].controller
 
     def peek(self, resource: str) -> Snapshot | None:
         """The last good snapshot, without asking Slurm."""
@@ -220,24 +246,27 @@ class SnapshotCache:
         try:
             if worker is not None and spec is not None:
                 worker.start()
+                if spec.delta is not None and not worker.ready:
+                    # A table read in a thread here would stay behind in this process next
+                    # to the worker's: wait for the worker (it spawns in a second or two).
+                    await worker.wait_ready(self.slurm_wait)
             if worker is not None and spec is not None and worker.ready:
                 # (A worker still spawning would delay this round by its imports: the
                 # round below runs in a thread meanwhile.)
-                result = await worker.refresh(spec, full=entry.snapshot is None)
-                cost = result.cpu_seconds
+                if spec.delta is not None:
+                    result, value = await self._delta_round(worker, spec, entry)
+                else:
+                    result = await worker.refresh(spec, full=entry.snapshot is None)
+                    if result.unchanged and entry.snapshot is not None:
+                        value = entry.snapshot.value
+                    else:
+                        value = await asyncio.to_thread(pickle.loads, result.value)
+                cost, controller = result.cpu_seconds, result.controller_seconds
                 fetched_mono = self.clock() - result.age
                 fetched_at = result.fetched_at
-                if result.unchanged and entry.snapshot is not None:
-                    value = entry.snapshot.value
-                else:
-                    value = await asyncio.to_thread(pickle.loads, result.value)
             else:
-                cpu0 = cpu_now()
-                value = await asyncio.to_thread(entry.fetch)
-                if spec is not None and spec.transform is not None:
-                    value = spec.transform(value, *spec.args)
-                # Process-wide: other threads' work in the same moment counts too (an upper bound).
-                cost = cpu_now() - cpu0
+                value, cost = await asyncio.to_thread(_measured, entry.fetch, spec)
+                controller = 0.0
         except SlurmtowerError as exc:
             entry.last_error, entry.last_error_mono = exc, self.clock()
             raise
@@ -250,8 +279,14 @@ class SnapshotCache:
         finally:
             entry.inflight = None
         entry.rounds += 1
-        # A moving average, so one slow round (a scheduler pass) does not double the interval.
-        entry.cost = cost if entry.rounds == 1 else 0.7 * entry.cost + 0.3 * cost
+        # The first round parses every line (the later ones only what changed): a warm-up,
+        # not the cost of a refresh. Then a moving average, so one slow round (a scheduler
+        # pass) does not double the interval.
+        if entry.rounds == 2:
+            entry.cost = cost
+        elif entry.rounds > 2:
+            entry.cost = 0.6 * entry.cost + 0.4 * cost
+        entry.controller = controller if entry.rounds == 1 else 0.6 * entry.controller + 0.4 * controller
         entry.generation += 1
         entry.last_error = None
         snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at or datetime.now(UTC),
@@ -259,6 +294,30 @@ class SnapshotCache:
                         generation=entry.generation)
         entry.snapshot = snap
         return snap
+
+    async def _delta_round(self, worker: RefreshWorker, spec: OffloadSpec, entry: _Entry) -> tuple[Any, Any]:
+        """One worker round of a resource read as deltas: (the round, the new value)."""
+        result = await worker.refresh(spec, full=entry.table is None)
+        delta = await asyncio.to_thread(pickle.loads, result.value)
+        if not delta.full and (entry.table is None or delta.base != entry.seq):
+            # The worker is ahead of what this process holds (a round lost to a timeout, a
+            # new worker): ask again for every row.
+            log.info("refresh of %s: delta %d on %d, have %d: reading in full", spec.resource, delta.seq,
+                     delta.base, entry.seq)
+            result = await worker.refresh(spec, full=True)
+            delta = await asyncio.to_thread(pickle.loads, result.value)
+        if delta.unchanged and entry.snapshot is not None:
+            entry.seq = delta.seq
+            return result, entry.snapshot.value
+
+        def apply() -> tuple[Any, Any]:
+            table = JobTable.from_delta(delta) if delta.full or entry.table is None else entry.table.apply(delta)
+            shown = spec.transform(table, *spec.args) if spec.transform is not None else table
+            return table, shown
+
+        entry.table, value = await asyncio.to_thread(apply)
+        entry.seq = delta.seq
+        return result, value
 
     def _fallback(self, entry: _Entry, exc: SlurmtowerError) -> Snapshot:
         if self.serve_stale and entry.snapshot is not None:
@@ -286,9 +345,9 @@ class SnapshotCache:
         built = state.key[0]
         if len(built) != len(resources):
             return None
-        for (resource, generation, stale), wanted in zip(built, resources, strict=True):
+        for (built_from, generation, stale), wanted in zip(built, resources, strict=True):
             entry = self._entries.get(wanted)
-            if (stale or resource != wanted or entry is None or entry.snapshot is None
+            if (stale or built_from != wanted or entry is None or entry.snapshot is None
                     or entry.generation != generation or entry.last_error is not None):
                 return None
             age = now - entry.snapshot.fetched_mono
@@ -330,6 +389,22 @@ class SnapshotCache:
             return rendered
 
 
+def _measured(fetch: Callable[[], Any], spec: OffloadSpec | None) -> tuple[Any, float]:
+    """``fetch()`` (and the spec's transform) with the CPU time it cost: this thread's, and the
+    Slurm commands' (children's time is process-wide: another thread's command finishing
+    meanwhile counts too, so this is an upper bound)."""
+    thread0, kids0 = time.thread_time(), _children_cpu()
+    value = fetch()
+    if spec is not None and spec.transform is not None:
+        value = spec.transform(value, *spec.args)
+    return value, (time.thread_time() - thread0) + (_children_cpu() - kids0)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _retrieve(task: asyncio.Task[Snapshot]) -> None:
     # The waiters may all have timed out: fetch the exception so asyncio does not log it.
     if not task.cancelled():
@@ -339,7 +414,8 @@ def _retrieve(task: asyncio.Task[Snapshot]) -> None:
 def _render(payload: dict[str, Any] | bytes, oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
     data = payload if isinstance(payload, bytes) else to_json(payload)
     body, packed, etag = render_bytes(data, oldest.fetched_at, stale, errors[0] if errors else None)
-    return Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
+    keep = packed is None or len(body) < KEEP_PLAIN_BYTES
+    return Rendered(body=body if keep else None, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
                     fetched_mono=oldest.fetched_mono, stale=stale)
 
 
@@ -368,7 +444,8 @@ def respond(request: Request, rendered: Rendered, clock: Callable[[], float] = t
     if rendered.gzip is not None and "gzip" in request.headers.get("accept-encoding", ""):
         headers["Content-Encoding"] = "gzip"
         return Response(rendered.gzip, media_type="application/json", headers=headers)
-    return Response(rendered.body, media_type="application/json", headers=headers)
+    body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
@@ -406,6 +483,7 @@ def shared_cache(services: Services) -> SnapshotCache:
         api = services.settings.api
         cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
                               serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
+                              controller_share=api.refresh_controller_share,
                               max_interval=api.max_refresh_interval)
         client = services.client
         cache.register("jobs", client.job_table)

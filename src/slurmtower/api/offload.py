@@ -57,6 +57,13 @@ class OffloadSpec:
     method: str
     transform: Callable[..., Any] | None = None
     args: tuple[Any, ...] = ()
+    rpcs: tuple[str, ...] = ()
+    """The slurmctld RPCs (sdiag's names) one read makes: their average time is the read's
+    cost to slurmctld."""
+    delta: str | None = None
+    """A client method ``(full: bool) -> QueueDelta`` the worker calls instead of ``method``:
+    only changed rows cross the process boundary, and the serving process applies them
+    (and then ``transform``) to its table."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,8 @@ class Offloaded:
     """Seconds from the end of the Slurm call to the end of the round."""
     cpu_seconds: float = 0.0
     """CPU time the round cost: the worker's own and its Slurm commands'."""
+    controller_seconds: float = 0.0
+    """What the round's RPCs cost slurmctld: sdiag's average time of each (0 when unknown)."""
 
 
 def cpu_now() -> float:
@@ -139,13 +148,31 @@ def _pickled_error(exc: SlurmtowerError) -> bytes:
 
 #: resource -> (the client's last answer, as returned), to tell an unchanged answer.
 _last: dict[str, Any] = {}
+#: sdiag's average time (seconds) per RPC name, read at most every CONTROLLER_EVERY seconds.
+_rpc_seconds: dict[str, float] = {}
+_rpc_read = [-1e9]
+CONTROLLER_EVERY = 30.0
+
+
+def _controller_seconds(rpcs: tuple[str, ...]) -> float:
+    if not rpcs:
+        return 0.0
+    if time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY:
+        _rpc_read[0] = time.monotonic()
+        try:
+            stats = _client.stats()
+        except SlurmtowerError:
+            return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
+        _rpc_seconds.clear()
+        _rpc_seconds.update({r.name: r.average_time_us / 1e6 for r in stats.rpcs_by_type if r.average_time_us})
+    return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
 
 
 def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
     _calls.clear()
     cpu0 = cpu_now()
     try:
-        raw = getattr(_client, spec.method)()
+        raw = getattr(_client, spec.delta)(full=full) if spec.delta is not None else getattr(_client, spec.method)()
     except SlurmtowerError as exc:
         return Offloaded(calls=list(_calls), error=_pickled_error(exc), cpu_seconds=cpu_now() - cpu0)
     except Exception as exc:
@@ -154,16 +181,22 @@ def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
                                resource=spec.resource)
         return Offloaded(calls=list(_calls), error=pickle.dumps(err), cpu_seconds=cpu_now() - cpu0)
     fetched_at, done = datetime.now(UTC), time.monotonic()
+    controller = _controller_seconds(spec.rpcs)
+    if spec.delta is not None:
+        blob = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
+        return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,
+                         cpu_seconds=cpu_now() - cpu0, controller_seconds=controller)
     # The client hands back the very object of its previous answer when Slurm printed the
     # same thing (CliSlurmClient.job_table / node_states): nothing to send again.
     if not full and spec.resource in _last and _last[spec.resource] is raw:
         return Offloaded(calls=list(_calls), unchanged=True, fetched_at=fetched_at,
-                         age=time.monotonic() - done, cpu_seconds=cpu_now() - cpu0)
+                         age=time.monotonic() - done, cpu_seconds=cpu_now() - cpu0,
+                         controller_seconds=controller)
     _last[spec.resource] = raw
     value = spec.transform(raw, *spec.args) if spec.transform is not None else raw
     blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,
-                     cpu_seconds=cpu_now() - cpu0)
+                     cpu_seconds=cpu_now() - cpu0, controller_seconds=controller)
 
 
 # -- the serving process's side -------------------------------------------------------------
@@ -203,6 +236,18 @@ class RefreshWorker:
         if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
             return None
         return fut.result()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the worker runs; True when it does."""
+        self.start()
+        fut = self._pid
+        if fut is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout)
+        except (TimeoutError, Exception):
+            return self.ready
+        return self.ready
 
     @property
     def ready(self) -> bool:

@@ -7,6 +7,7 @@ forms before; ``sinfo``/``squeue --json`` where they exist.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
-from slurmtower.models.table import JobTable, job_fragment
+from slurmtower.models.table import JobTable, QueueDelta
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities, select_nodes
@@ -37,16 +38,6 @@ _READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "job_
           "reservations", "config", "stats", "triggers", "ping")
 _WRITES = ("update_nodes", "drain", "down", "resume", "undrain", "create_reservation",
            "update_reservation", "delete_reservation", "set_trigger", "clear_triggers")
-
-
-_QueueRow = tuple[int, bytes, tuple[Any, ...]]
-
-
-def _queue_row(job: Job) -> _QueueRow:
-    """(job id, JSON, the table's columns) of one parsed queue line."""
-    nodes = frozenset(NodeSet(job.nodes)) if job.nodes else frozenset()
-    return (job.job_id, job_fragment(job),
-            (job.user_name, job.account, job.partition, job.state.value, job.name, nodes))
 
 
 def _fmt_duration(d: timedelta | None) -> str:
@@ -96,8 +87,10 @@ class CliSlurmClient:
         self.slurm_user = slurm_user
         self._version: SlurmVersion | None = None
         self._lock = threading.Lock()
-        self._queue_memo: dict[str, _QueueRow] = {}
-        self._queue_text: str | None = None
+        self._queue_memo: dict[str, int] = {}
+        self._rows = ad.QueueRowParser()
+        self._queue_digest: bytes | None = None
+        self._queue_seq = 0
         self._queue_table: JobTable | None = None
         self._states_text: str | None = None
         self._nodes_memo: dict[str, Node] = {}
@@ -311,28 +304,42 @@ class CliSlurmClient:
         return [ad.parse_queue_line(line) for line in res.stdout.split("\n") if line]
 
     def job_table(self) -> JobTable:
+        with self._lock:
+            table = self._queue_table
+        delta = self.job_queue_delta(full=table is None)
+        table = JobTable.from_delta(delta) if table is None else table.apply(delta)
+        with self._lock:
+            self._queue_table = table
+        return table
+
+    def job_queue_delta(self, *, full: bool = False) -> QueueDelta:
         # The text form on every release (see adapters._queue for what it costs and lacks).
-        # Lines identical to the previous read are not parsed again: a queue of held or
-        # waiting jobs costs the squeue call and a dictionary lookup per line.
+        # Only lines that differ from the previous read are parsed: a queue of held or
+        # waiting jobs costs the squeue call and a dictionary lookup per line. The memo keeps
+        # each line's job id, not its row: the rows live with whoever applies the deltas.
         res = self.runner.run(["squeue", "-h", "--states=all", "-O", ad.queue_format()], check=False)
         if res.returncode != 0:
             self._raise_failure(res.argv, res.returncode, res.stderr)
+        digest = hashlib.blake2b(res.stdout.encode("utf-8", "surrogateescape"), digest_size=16).digest()
         with self._lock:
-            if res.stdout == self._queue_text and self._queue_table is not None:
-                return self._queue_table
-            memo, fresh = self._queue_memo, {}
+            base = self._queue_seq
+            self._queue_seq += 1
+            if not full and digest == self._queue_digest:
+                return QueueDelta(keys=(), rows={}, unchanged=True, seq=self._queue_seq, base=base)
+            memo = {} if full else self._queue_memo
+            fresh: dict[str, int] = {}
+            rows: dict[int, tuple[bytes, tuple[Any, ...]]] = {}
             for line in res.stdout.split("\n"):
                 if not line:
                     continue
-                row = memo.get(line)
-                if row is None:
-                    row = _queue_row(ad.parse_queue_line(line))
-                fresh[line] = row
-            rows = sorted(fresh.values(), key=lambda r: r[0])
-            table = JobTable([r[0] for r in rows], [r[1] for r in rows],
-                             {name: [r[2][i] for r in rows] for i, name in enumerate(JobTable._COLUMNS)})
-            self._queue_memo, self._queue_text, self._queue_table = fresh, res.stdout, table
-            return table
+                job_id = memo.get(line)
+                if job_id is None:
+                    job_id, fragment, columns = self._rows.row(line)
+                    rows[job_id] = (fragment, columns)
+                fresh[line] = job_id
+            self._queue_memo, self._queue_digest = fresh, digest
+            return QueueDelta(keys=tuple(sorted(fresh.values())), rows=rows, full=full,
+                              seq=self._queue_seq, base=base)
 
     def node_states(self) -> list[Node]:
         # `sinfo -O` folds nodes that share a state and reason into one line: at 5,000 nodes a

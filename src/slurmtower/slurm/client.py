@@ -24,12 +24,13 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
-from slurmtower.models.table import JobTable
+from slurmtower.models.table import JobTable, QueueDelta
 from slurmtower.nodeset import NodeSet
 
 __all__ = [
     "NODE_STATES_SETTABLE",
     "NODE_UPDATE_FIELDS",
+    "QUEUE_TEXT_FIELDS",
     "TRIGGER_EVENTS",
     "Capabilities",
     "SlurmClient",
@@ -53,6 +54,16 @@ NODE_UPDATE_FIELDS: dict[str, str] = {
     "state": "State",
     "cpu_bind": "CpuBind",
 }
+
+#: The :class:`Job` fields :meth:`SlurmClient.queue` fills (squeue's text form, see
+#: :func:`slurmtower.slurm.adapters.parse_queue_line`); the others need :meth:`SlurmClient.jobs`.
+QUEUE_TEXT_FIELDS = frozenset({
+    "job_id", "array_job_id", "array_task_id", "array_task_str", "het_job_id", "name", "user_name", "user_id",
+    "group_name", "group_id", "account", "partition", "qos", "state", "state_flags", "state_reason", "nodes",
+    "node_count", "cpus", "tasks", "memory_mib", "time_limit", "submit_time", "eligible_time", "start_time",
+    "end_time", "batch_host", "work_dir", "command", "comment", "priority", "reservation", "dependency",
+    "standard_output", "standard_error", "cluster",
+})
 
 #: strigger events slurmtower can arm (the seed's list plus job events).
 TRIGGER_EVENTS = ("burst_buffer", "drained", "down", "fail", "up", "idle", "reconfig", "fini", "time")
@@ -115,6 +126,11 @@ class SlurmClient(Protocol):
         views, their filters and paging need, without a model per job."""
         ...
 
+    def job_queue_delta(self, *, full: bool = False) -> QueueDelta:
+        """The queue as it changed since this client's previous delta (every row when
+        ``full``): what a refresh worker sends to the process that holds the table."""
+        ...
+
     def node_states(self) -> list[Node]:
         """Every node with only its base state, flags and reason (who set it, when): the
         sensor's poll. The same list object is returned while nothing changed, when the
@@ -133,6 +149,21 @@ class SlurmClient(Protocol):
         job_ids: Sequence[int] = (),
     ) -> list[int]:
         """Ids of the jobs matching filters Slurm applies itself (cheap: no job details)."""
+        ...
+
+    def queue(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[Job]:
+        """The jobs matching :meth:`job_ids`' filters, with only the fields of squeue's text
+        form (:data:`QUEUE_TEXT_FIELDS`): what a search needs, without every job's details."""
         ...
 
     def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]: ...

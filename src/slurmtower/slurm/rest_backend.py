@@ -37,7 +37,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
-from slurmtower.models.table import JobTable
+from slurmtower.models.table import JobTable, QueueDelta
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
 from slurmtower.slurm.adapters._values import number
@@ -61,7 +61,8 @@ def _no_changes(doc: dict[str, Any]) -> bool:
     return any("no job changes since" in t.lower() for t in texts)
 
 
-_READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "partitions", "reservations", "stats", "ping")
+_READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "partitions", "reservations", "stats",
+          "ping")
 
 
 class RestSlurmClient:
@@ -95,6 +96,7 @@ class RestSlurmClient:
         self._lock = threading.Lock()
         self._queue: JobTable | None = None
         self._queue_since: float | None = None
+        self._delta_seq = 0
 
     def close(self) -> None:
         self._http.close()
@@ -247,6 +249,18 @@ class RestSlurmClient:
             self._queue_since = float(stamp) if stamp else asked - _CLOCK_MARGIN
         return table
 
+    def job_queue_delta(self, *, full: bool = False) -> QueueDelta:
+        previous = self._queue
+        table = self.job_table()
+        with self._lock:
+            base = self._delta_seq
+            self._delta_seq += 1
+        if table is previous and not full:
+            return QueueDelta(keys=(), rows={}, unchanged=True, seq=base + 1, base=base)
+        cols = [table.columns[c] for c in JobTable._COLUMNS]
+        rows = {k: (table.fragments[i], tuple(c[i] for c in cols)) for i, k in enumerate(table.keys)}
+        return QueueDelta(keys=table.keys, rows=rows, full=True, seq=base + 1, base=base)
+
     def node_states(self) -> list[Node]:
         return self.nodes()
 
@@ -261,6 +275,21 @@ class RestSlurmClient:
         nodes: NodeSet | None = None,
         job_ids: Sequence[int] = (),
     ) -> list[int]:
+        return sorted({j.job_id for j in self.queue(users=users, accounts=accounts, partitions=partitions,
+                                                    states=states, names=names, nodes=nodes, job_ids=job_ids)})
+
+    def queue(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> list[Job]:
+        # slurmrestd's /jobs has no filters: every job, filtered here.
         node_names = set(nodes) if nodes is not None else None
         out = []
         for job in self.jobs(job_ids or None):
@@ -276,8 +305,8 @@ class RestSlurmClient:
                 continue
             if node_names is not None and not (node_names & set(NodeSet(job.nodes or "") if job.nodes else ())):
                 continue
-            out.append(job.job_id)
-        return sorted(set(out))
+            out.append(job)
+        return out
 
     def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]:
         return self._unsupported("list job steps").job_steps(job_ids)

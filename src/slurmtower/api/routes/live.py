@@ -269,8 +269,9 @@ def setup(services: Services, app: FastAPI) -> None:
     app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency)
     hidden = _hidden(services)
     # Hidden partitions leave the queue where it is read, so no view can forget them.
-    cache.offload(OffloadSpec(resource="jobs", method="job_table", transform=hide_jobs, args=(hidden,)))
-    cache.offload(OffloadSpec(resource="nodes", method="nodes"))
+    cache.offload(OffloadSpec(resource="jobs", method="job_table", delta="job_queue_delta", transform=hide_jobs,
+                              args=(hidden,), rpcs=("REQUEST_JOB_INFO",)))
+    cache.offload(OffloadSpec(resource="nodes", method="nodes", rpcs=("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")))
 
 
 async def startup(services: Services) -> None:

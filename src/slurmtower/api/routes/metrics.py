@@ -69,6 +69,9 @@ class _ClusterCollector:
         self.view_error: str | None = None
         self.store: _StoreCounts | None = None
         self.cache_queries: Counter[str] = Counter()
+        self.refresh_interval: float | None = None
+        self.refresh_costs: dict[str, float] = {}
+        self.refresh_controller: dict[str, float] = {}
 
     def describe(self) -> list[Metric]:
         return []
@@ -84,6 +87,25 @@ class _ClusterCollector:
         for resource, count in sorted(self.cache_queries.items()):
             queries.add_metric([resource], count)
         yield queries
+        if self.refresh_interval is not None:
+            interval = GaugeMetricFamily(
+                "slurmtower_refresh_interval_seconds",
+                "The snapshot refresh interval in force (api.refresh_interval, or longer when refreshing "
+                "would cost more than api.refresh_cpu_share of a core)")
+            interval.add_metric([], self.refresh_interval)
+            yield interval
+            cost = GaugeMetricFamily("slurmtower_refresh_cpu_seconds",
+                                     "CPU seconds one refresh of a resource costs (moving average)",
+                                     labels=["resource"])
+            for resource, seconds in sorted(self.refresh_costs.items()):
+                cost.add_metric([resource], seconds)
+            yield cost
+            ctld = GaugeMetricFamily("slurmtower_refresh_controller_seconds",
+                                     "slurmctld seconds one refresh of a resource costs (sdiag's average "
+                                     "time of its RPCs)", labels=["resource"])
+            for resource, seconds in sorted(self.refresh_controller.items()):
+                ctld.add_metric([resource], seconds)
+            yield ctld
         view = self.view
         if view is not None:
             yield from _cluster_metrics(view)
@@ -188,6 +210,9 @@ class AppMetrics:
         cache = services.extras.get("snapshots")
         if cache is not None:
             self.cluster.cache_queries = Counter(cache.queries)
+            self.cluster.refresh_interval = cache.interval
+            self.cluster.refresh_costs = {r: cache.cost(r) for r in cache.resources}
+            self.cluster.refresh_controller = {r: cache.controller_cost(r) for r in cache.resources}
         store = _event_store(services)
         if store is None:
             return

@@ -32,6 +32,8 @@ from slurmtower.slurm.adapters._json import (
 from slurmtower.slurm.adapters._queue import (
     QUEUE_FIELDS,
     STATE_FIELDS,
+    QueueRow,
+    QueueRowParser,
     parse_node_state_line,
     parse_node_states_text,
     parse_queue_line,
@@ -60,6 +62,8 @@ from slurmtower.slurm.adapters._values import parse_duration, parse_text_time
 __all__ = [
     "QUEUE_FIELDS",
     "STATE_FIELDS",
+    "QueueRow",
+    "QueueRowParser",
     "detect_version",
     "envelope_messages",
     "error_from_rest_response",

@@ -1,0 +1,127 @@
+"""The compact queue table: squeue's text form parsed into rows that read back as the same
+jobs as Slurm's JSON, filters over its indexes, keyset paging and hidden partitions."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from slurmtower.models import Job, JobState, Node, NodeState
+from slurmtower.models.table import JobTable, NodeTable
+from slurmtower.slurm import CliSlurmClient, CommandRunner
+from slurmtower.slurm import adapters as ad
+from tests.conftest import sh
+
+
+def _jobs() -> list[Job]:
+    return [
+        Job(job_id=1, user_name="alice", account="physics", partition="batch", state=JobState.RUNNING,
+            name="a", nodes="n[1-2]", cpus=4, memory_mib=400),
+        Job(job_id=2, user_name="bob", account="chemistry", partition="short,batch", state=JobState.PENDING,
+            name="b"),
+        Job(job_id=3, user_name="alice", account="physics", partition="short", state=JobState.PENDING,
+            name="a"),
+        Job(job_id=10, user_name="carol", account="biology", partition="hidden", state=JobState.PENDING,
+            name="c"),
+    ]
+
+
+def test_table_rows_read_back_as_the_jobs() -> None:
+    jobs = _jobs()
+    table = JobTable.from_jobs(reversed(jobs))
+    assert table.keys == (1, 2, 3, 10)
+    assert table.jobs() == jobs
+    assert json.loads(table.all_json()) == [json.loads(j.model_dump_json(exclude_defaults=True)) for j in jobs]
+    assert table.active() == [jobs[0]]
+
+
+@pytest.mark.parametrize(("filters", "want"), [
+    ({"user": {"alice"}}, [1, 3]),
+    ({"user": {"alice", "bob"}}, [1, 2, 3]),
+    ({"partition": {"batch"}}, [1, 2]),  # a pending job naming two partitions is in both
+    ({"partition": {"short"}, "user": {"bob"}}, [2]),
+    ({"state": {"PENDING"}, "account": {"physics"}}, [3]),
+    ({"nodes": {"n2"}}, [1]),
+    ({"name": {"nope"}}, []),
+    ({}, [1, 2, 3, 10]),
+], ids=str)
+def test_table_filters(filters: dict[str, set[str]], want: list[int]) -> None:
+    table = JobTable.from_jobs(_jobs())
+    assert [table.keys[r] for r in table.select(**filters)] == want
+
+
+def test_table_keyset_paging_and_pickling() -> None:
+    table = pickle.loads(pickle.dumps(JobTable.from_jobs(_jobs())))
+    rows = table.select()
+    assert table.after(rows, None) == 0
+    assert table.after(rows, 2) == 2  # the first job after id 2 is the third row
+    assert table.after(rows, 5) == 3  # an id that left the queue still pages on
+    assert table.after(rows, 99) == 4
+    assert table.select(user={"alice"}) == [0, 2]  # indexes are rebuilt after unpickling
+
+
+def test_hidden_partitions_leave_the_table() -> None:
+    table = JobTable.from_jobs(_jobs()).hiding({"hidden", "short"})
+    assert table.keys == (1, 2)
+    assert table.jobs()[1].partition == "batch"  # the visible one of "short,batch"
+    assert table.columns["partition"] == ("batch", "batch")
+    assert table.select(partition={"short"}) == []
+
+
+def test_node_table_in_natural_order_with_states_and_flags() -> None:
+    nodes = [Node(name=f"n{i}", state=NodeState.IDLE, flags=frozenset({"DRAIN"}) if i % 2 else frozenset(),
+                  partitions=["debug", "gpu"] if i > 8 else ["debug"]) for i in (10, 2, 9, 1)]
+    table = NodeTable.from_nodes(nodes)
+    assert table.keys == ("n1", "n2", "n9", "n10")
+    assert [table.keys[r] for r in table.select(state={"DRAIN"})] == ["n1", "n9"]
+    assert [table.keys[r] for r in table.select(state={"IDLE"}, partition={"gpu"})] == ["n9", "n10"]
+    assert table.after(table.select(), "n9") == 3
+    assert table.rows_of(["n10", "x", "n2"]) == [1, 3]
+
+
+def test_queue_rows_read_back_as_the_job_model_of_each_line(sample_jobs: dict[str, int],
+                                                            runner: CommandRunner) -> None:
+    text = runner.run(["squeue", "-h", "--states=all", "-O", ad.queue_format()]).stdout
+    lines = [line for line in text.split("\n") if line]
+    assert len(lines) >= 2
+    parser = ad.QueueRowParser()
+    for line in lines:
+        job_id, fragment, columns = parser.row(line)
+        model = ad.parse_queue_line(line)
+        assert Job.model_validate_json(fragment) == model
+        assert job_id == model.job_id
+        assert columns[:5] == (model.user_name, model.account, model.partition, model.state.value, model.name)
+
+
+def test_the_text_queue_agrees_with_squeue_json(sample_jobs: dict[str, int], client: CliSlurmClient) -> None:
+    table = client.job_table()
+    by_json = {j.job_id: j for j in ad.parse_jobs_json(json.loads(sh("squeue", "--json")))}
+    text = {j.job_id: j for j in table.jobs()}
+    assert set(text) == set(by_json) == {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+    fields = ("array_job_id", "array_task_id", "name", "user_name", "account", "partition", "qos", "state",
+              "state_reason", "nodes", "node_count", "cpus", "time_limit", "submit_time", "start_time",
+              "batch_host", "work_dir", "priority", "standard_output")
+    mine_ids = set(sample_jobs.values()) & set(text)  # other tests' jobs may be changing meanwhile
+    assert mine_ids
+    for job_id in mine_ids:
+        job, other = text[job_id], by_json[job_id]
+        for name in fields:
+            mine, theirs = getattr(job, name), getattr(other, name)
+            if name == "start_time" and job.state is JobState.PENDING:
+                continue  # squeue's expected start for a pending job moves with every pass
+            if name == "state_reason" and theirs is None:
+                assert mine in (None, "None")
+                continue
+            assert mine == theirs, (job_id, name, mine, theirs)
+
+
+def test_an_unchanged_queue_gives_the_same_table_back(sample_jobs: dict[str, int], runner: CommandRunner) -> None:
+    client = CliSlurmClient(runner)
+    first = client.job_table()
+    sh("scontrol", "hold", str(sample_jobs["pending"]), check=False)
+    second = client.job_table()
+    third = client.job_table()
+    assert third is second  # nothing changed between the two reads: no line parsed, same object
+    assert second.keys == first.keys
