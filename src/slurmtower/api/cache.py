@@ -35,8 +35,8 @@ import pickle
 import resource
 import time
 import zlib
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 #: A rendered view larger than this keeps only its gzip.
 KEEP_PLAIN_BYTES = 1 << 20
+#: Filtered and paged views kept for the clients asking the same (bytes, all together).
+QUERY_VIEW_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ class SnapshotCache:
         self._entries: dict[str, _Entry] = {}
         self._views: dict[str, _View] = {}
         self._derived: dict[str, tuple[Any, Any]] = {}
+        self._queries: OrderedDict[Hashable, Rendered] = OrderedDict()
+        self._query_bytes = 0
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
         #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
@@ -334,6 +338,32 @@ class SnapshotCache:
         value = await asyncio.to_thread(build, snapshot.value, *args)
         self._derived[name] = (key, value)
         return value
+
+    async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot], build: Callable[[], bytes]) -> Rendered:
+        """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built
+        once per query and snapshot set: fifty clients asking for the same page share one
+        rendering. The last ones are kept up to :data:`QUERY_VIEW_BYTES` in all."""
+        full_key = (key, tuple((s.resource, s.generation, s.stale) for s in snapshots))
+        found = self._queries.get(full_key)
+        if found is not None:
+            self._queries.move_to_end(full_key)
+            return found
+        oldest = min(snapshots, key=lambda s: s.fetched_mono)
+        stale = any(s.stale for s in snapshots)
+        errors = [s.error for s in snapshots if s.error]
+
+        def work() -> Rendered:
+            return _render(build(), oldest, stale, errors)
+
+        rendered = await asyncio.to_thread(work)
+        size = len(rendered.body or b"") + len(rendered.gzip or b"")
+        if size <= QUERY_VIEW_BYTES // 4:
+            self._queries[full_key] = rendered
+            self._query_bytes += size
+            while self._query_bytes > QUERY_VIEW_BYTES and self._queries:
+                _, old = self._queries.popitem(last=False)
+                self._query_bytes -= len(old.body or b"") + len(old.gzip or b"")
+        return rendered
 
     def fresh_view(self, view: str, resources: Sequence[str]) -> Rendered | None:
         """The rendered ``view`` if it was built from the current, fresh snapshots, else None."""

@@ -104,7 +104,7 @@ class _Table:
             merged.update(index.get(value, ()))
         return sorted(merged)
 
-    def select(self, **filters: Collection[Any] | None) -> list[int]:
+    def select(self, **filters: Collection[Any] | None) -> Sequence[int]:
         """Sorted row numbers matching every given filter (a filter is a set of accepted
         values for one column; ``None`` or absent: no filter)."""
         rows: list[int] | None = None
@@ -116,7 +116,7 @@ class _Table:
                 break
             found = self.rows_where(column, values)
             rows = found if rows is None else sorted(set(rows).intersection(found))
-        return list(range(len(self.keys))) if rows is None else rows
+        return range(len(self.keys)) if rows is None else rows
 
     def after(self, rows: Sequence[int], key: Any) -> int:
         """Position in ``rows`` of the first row whose key sorts after ``key``."""

@@ -71,7 +71,7 @@ async def _fragments(services: Services, principal: Principal) -> dict[str, Any]
     running = table.select(state={JobState.RUNNING.value})
     others = table.select(state={s.value for s in _QUEUE_STATES if s is not JobState.RUNNING})
     # Only the rows shown become models: a queue of 100,000 jobs stays cheap to draw.
-    queue = table.jobs((running + others)[:_QUEUE_LIMIT])
+    queue = table.jobs([*running, *others][:_QUEUE_LIMIT])
     counts: dict[str, int] = {}
     for n in nodes:
         counts[n.css] = counts.get(n.css, 0) + 1

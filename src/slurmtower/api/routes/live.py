@@ -8,12 +8,11 @@ names leave node partition lists, nodes that belong to hidden partitions only le
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -22,7 +21,6 @@ from pydantic import BaseModel, Field
 
 from slurmtower.api.cache import (
     FastReads,
-    Rendered,
     Snapshot,
     SnapshotCache,
     respond,
@@ -31,7 +29,7 @@ from slurmtower.api.cache import (
     strict_query,
 )
 from slurmtower.api.metrics_hook import slurm_call_observer
-from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
+from slurmtower.api.offload import OffloadSpec, RefreshWorker
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services
 from slurmtower.errors import InvalidInput
@@ -419,7 +417,7 @@ def _decode_cursor(params: dict[str, str], kind: str) -> Any:
     return key
 
 
-def _page(table: JobTable | NodeTable, rows: list[int], params: dict[str, str], kind: str,
+def _page(table: JobTable | NodeTable, rows: Sequence[int], params: dict[str, str], kind: str,
           item: str) -> bytes:
     """``{"count": <matching>, "<item>": [...], "next_cursor": ...}`` for one page of ``rows``."""
     after = _decode_cursor(params, kind)
@@ -432,15 +430,10 @@ def _page(table: JobTable | NodeTable, rows: list[int], params: dict[str, str], 
             % (len(rows), len(chosen), json.dumps(cursor).encode(), item.encode(), table.json_array(chosen)))
 
 
-async def _respond_bytes(request: Request, payload: bytes, snapshots: list[Snapshot]) -> Response:
-    oldest = min(snapshots, key=lambda s: s.fetched_mono)
-    stale = any(s.stale for s in snapshots)
-    error = next((s.error for s in snapshots if s.error), None)
-    # Big pages are compressed in a thread (zlib lets go of the GIL).
-    body, packed, etag = (await asyncio.to_thread(render_bytes, payload, oldest.fetched_at, stale, error)
-                          if len(payload) > 65536 else render_bytes(payload, oldest.fetched_at, stale, error))
-    return respond(request, Rendered(body=body, gzip=packed, etag=etag, fetched_at=oldest.fetched_at,
-                                     fetched_mono=oldest.fetched_mono, stale=stale))
+async def _respond_query(request: Request, cache: SnapshotCache, params: dict[str, str], snap: Snapshot,
+                         build: Callable[[], bytes]) -> Response:
+    key = (request.url.path, tuple(sorted(params.items())))
+    return respond(request, await cache.query_view(key, [snap], build), cache.clock)
 
 
 _QUEUE_PARAMS = ("user", "account", "partition", "state", "name", "nodes", "limit", "cursor")
@@ -477,8 +470,12 @@ async def queue(request: Request, services: ServicesDep, user: QueueParam = None
     _limit(params), _decode_cursor(params, "j")  # bad paging is refused before Slurm is asked
     snap = await cache.get("jobs")
     table: JobTable = snap.value
-    rows = table.select(**{k: set(v) for k, v in filters.items() if v is not None})
-    return await _respond_bytes(request, _page(table, rows, params, "j", "jobs"), [snap])
+
+    def build() -> bytes:
+        rows = table.select(**{k: set(v) for k, v in filters.items() if v is not None})
+        return _page(table, rows, params, "j", "jobs")
+
+    return await _respond_query(request, cache, params, snap, build)
 
 
 @router.get("/nodes", dependencies=[_READ], response_model=None,
@@ -505,11 +502,15 @@ async def nodes(request: Request, services: ServicesDep,
     _limit(params), _decode_cursor(params, "n")
     snap = await cache.get("nodes")
     table: NodeTable = await cache.derive("node-table", snap, _node_table, hidden)
-    rows = table.select(state=states, partition=set(parts) if parts is not None else None)
-    if node_set is not None:
-        wanted = set(table.rows_of(node_set))
-        rows = [r for r in rows if r in wanted]
-    return await _respond_bytes(request, _page(table, rows, params, "n", "nodes"), [snap])
+
+    def build() -> bytes:
+        rows = table.select(state=states, partition=set(parts) if parts is not None else None)
+        if node_set is not None:
+            wanted = set(table.rows_of(node_set))
+            rows = [r for r in rows if r in wanted]
+        return _page(table, rows, params, "n", "nodes")
+
+    return await _respond_query(request, cache, params, snap, build)
 
 
 @router.get("/partitions", dependencies=[_READ], response_model=None,
