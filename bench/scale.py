@@ -446,6 +446,10 @@ class Serve:
         self._log.close()
 
 
+class ServeDied(RuntimeError):
+    """serve exited under the bench (a SIGTERM from outside, on a shared machine): measure again."""
+
+
 @contextmanager
 def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]:
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -460,6 +464,8 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
         tail = kept.read_text(errors="replace").splitlines()[-15:]
         log(f"slurmtower serve {'exited ' + str(exited) if exited is not None else 'was running'}; "
             f"its log: {kept}\n" + "\n".join(tail))
+        if exited is not None:
+            raise ServeDied(f"slurmtower serve exited ({exited}) during the measurement") from None
         raise
     finally:
         serve.stop()
@@ -734,7 +740,15 @@ def main() -> None:
             log(f"  {queue.jobs:,} jobs in {queue.records:,} records; this step {calls_rate:,.0f} sbatch/s, "
                 f"{jobs_rate:,.0f} jobs/s")
             log(f"measuring at {size:,} jobs ...")
-            col = measure_size(cluster, queue, args, reader, rest, drain_set)
+            for attempt in range(1, 4):
+                try:
+                    col = measure_size(cluster, queue, args, reader, rest, drain_set)
+                    break
+                except ServeDied as exc:
+                    if attempt == 3:
+                        raise
+                    log(f"  {exc}: measuring again ({attempt + 1}/3)")
+                    resume(drain_set, env)
             col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
             columns[size] = col
             log(json.dumps(col, indent=1))
