@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from slurmtower.actions.ownership import holds_node, parse_reason, reason_owner, sanitize_who, tag_reason
 from slurmtower.actions.params import (
     ConfigGetParams,
@@ -31,6 +33,7 @@ from slurmtower.actions.registry import Run, action, node_snapshot
 from slurmtower.errors import AccountingUnavailable, Conflict, InvalidInput, NotFound
 from slurmtower.models import Job, JobState, Node, Reservation, config_key, parse_job_state
 from slurmtower.nodeset import NodeSet
+from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
 
 __all__ = ["JOB_CRITERIA_SERVER_SIDE"]
 
@@ -147,18 +150,25 @@ def _find_live(run: Run, criterias: Mapping[str, Any]) -> list[int]:
             filters["job_ids"] = [value]
         else:
             filters.setdefault(target, []).append(value)
-    ids = run.client.job_ids(**filters)
-    if not residual or not ids:
-        return ids
+    if not residual:
+        return run.client.job_ids(**filters)
+    if set(residual) <= QUEUE_TEXT_FIELDS:
+        # One squeue call: Slurm's filters, then the text form of the jobs they leave.
+        candidates = run.client.queue(**filters)
+    else:
+        # A field only the full record has (exit code, restarts ...): details for the
+        # narrowed ids only.
+        ids = run.client.job_ids(**filters)
+        candidates = run.client.jobs(ids) if ids else []
     out = []
-    for job in run.client.jobs(ids):  # details only for the already narrowed ids
-        dumped = job.model_dump()
+    for job in candidates:
         ok = True
         for field, wanted in residual.items():
             if field == "batch_host":
                 ok = job.batch_host is not None and job.batch_host in wanted
             else:
-                ok = _equal(dumped[field], wanted)
+                value = getattr(job, field)
+                ok = _equal(value.model_dump() if isinstance(value, BaseModel) else value, wanted)
             if not ok:
                 break
         if ok:
