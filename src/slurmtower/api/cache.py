@@ -167,6 +167,7 @@ class SnapshotCache:
         self._entries: dict[str, _Entry] = {}
         self._views: dict[str, _View] = {}
         self._derived: dict[str, tuple[Any, Any]] = {}
+        self._derive_locks: dict[str, asyncio.Lock] = {}
         self._queries: OrderedDict[Hashable, Rendered] = OrderedDict()
         self._query_bytes = 0
         #: Slurm queries started, per resource (for tests and metrics).
@@ -335,9 +336,14 @@ class SnapshotCache:
         found = self._derived.get(name)
         if found is not None and found[0] == key:
             return found[1]
-        value = await asyncio.to_thread(build, snapshot.value, *args)
-        self._derived[name] = (key, value)
-        return value
+        lock = self._derive_locks.setdefault(name, asyncio.Lock())
+        async with lock:  # concurrent requests share one build
+            found = self._derived.get(name)
+            if found is not None and found[0] == key:
+                return found[1]
+            value = await asyncio.to_thread(build, snapshot.value, *args)
+            self._derived[name] = (key, value)
+            return value
 
     async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot], build: Callable[[], bytes]) -> Rendered:
         """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built

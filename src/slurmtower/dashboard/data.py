@@ -7,6 +7,7 @@ refresh or a Prometheus scrape adds no Slurm query beyond one per resource per
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,7 +33,8 @@ async def cluster_view(services: Services) -> ClusterView:
     cache = shared_cache(services)
     nodes = await cache.get("nodes")
     jobs = await cache.get("jobs")
-    return ClusterView(nodes=list(nodes.value), jobs=jobs.value,
+    # The node models are built from the table's JSON once per snapshot: off the event loop.
+    return ClusterView(nodes=list(await asyncio.to_thread(nodes.value.nodes)), jobs=jobs.value,
                        fetched_at=min(nodes.fetched_at, jobs.fetched_at), stale=nodes.stale or jobs.stale)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,29 +303,48 @@ class NodeTable(_Table):
     (a set of partition names).
     """
 
-    __slots__ = ("_positions",)
+    __slots__ = ("_models", "_positions")
     _COLUMNS = ("name", "state", "partition")
 
     def __init__(self, keys: Sequence[str], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
         self._positions: dict[str, int] | None = None
+        self._models: list[Node] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._positions = None
+        self._models = None
 
     @classmethod
-    def from_nodes(cls, nodes: Iterable[Node]) -> NodeTable:
+    def from_nodes(cls, nodes: Iterable[Node], fragment: Callable[[Node], bytes] = node_fragment) -> NodeTable:
+        """A table of ``nodes``; ``fragment`` may be a memo of :func:`node_fragment`."""
         ordered = sorted({n.name: n for n in nodes}.values(), key=lambda n: NodeTable.sort_key(n.name))
-        return cls(
+        table = cls(
             [n.name for n in ordered],
-            [node_fragment(n) for n in ordered],
+            [fragment(n) for n in ordered],
             {
                 "name": [n.name for n in ordered],
                 "state": [frozenset({n.state.value, *n.flags}) for n in ordered],
                 "partition": [frozenset(n.partitions) for n in ordered],
             },
         )
+        table._models = ordered
+        return table
+
+    def nodes(self) -> list[Node]:
+        """The :class:`Node` models, in table order (built from the JSON once per table when
+        the table crossed from the refresh worker)."""
+        models = self._models
+        if models is None:
+            with self._lock:
+                models = self._models
+                if models is None:
+                    models = self._models = [Node.model_validate_json(f) for f in self.fragments]
+        return models
+
+    def __getstate__(self) -> dict[str, Any]:
+        return super().__getstate__()  # the models stay behind: they are rebuilt from the JSON
 
     @staticmethod
     def sort_key(key: Any) -> Any:

@@ -34,7 +34,7 @@ from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services
 from slurmtower.errors import InvalidInput
 from slurmtower.models import ControllerStats, Job, JobState, Node, NodeFlag, NodeState, Partition
-from slurmtower.models.table import JobTable, NodeTable
+from slurmtower.models.table import JobTable, NodeTable, node_fragment
 from slurmtower.nodeset import NodeSet
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "UsageTotals",
     "build_usage",
     "hide_jobs",
+    "node_table",
     "router",
     "setup",
     "shutdown",
@@ -269,7 +270,8 @@ def setup(services: Services, app: FastAPI) -> None:
     # Hidden partitions leave the queue where it is read, so no view can forget them.
     cache.offload(OffloadSpec(resource="jobs", method="job_table", delta="job_queue_delta", transform=hide_jobs,
                               args=(hidden,), rpcs=("REQUEST_JOB_INFO",)))
-    cache.offload(OffloadSpec(resource="nodes", method="nodes", rpcs=("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")))
+    cache.offload(OffloadSpec(resource="nodes", method="nodes", transform=node_table, args=(hidden,),
+                              rpcs=("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")))
 
 
 async def startup(services: Services) -> None:
@@ -306,13 +308,33 @@ def _queue(table: JobTable) -> bytes:
     return b'{"count":%d,"jobs":%s}' % (len(table), table.all_json())
 
 
-def _nodes(nodes: list[Node], hidden: frozenset[str]) -> dict[str, Any]:
-    shown = visible_nodes(nodes, hidden)
-    return {"count": len(shown), "nodes": shown}
+#: id(node) -> (node, its JSON): nodes whose scontrol line did not change are the same
+#: objects round after round (the client's memo), so their JSON is made once.
+_NODE_JSON: dict[int, tuple[Node, bytes]] = {}
 
 
-def _node_table(nodes: list[Node], hidden: frozenset[str]) -> NodeTable:
-    return NodeTable.from_nodes(visible_nodes(nodes, hidden))
+def _node_json(node: Node) -> bytes:
+    found = _NODE_JSON.get(id(node))
+    if found is not None and found[0] is node:
+        return found[1]
+    fragment = node_fragment(node)
+    _NODE_JSON[id(node)] = (node, fragment)
+    return fragment
+
+
+def node_table(nodes: list[Node], hidden: frozenset[str]) -> NodeTable:
+    """The nodes as a table without hidden partitions (runs where the nodes are read: the
+    refresh worker)."""
+    table = NodeTable.from_nodes(visible_nodes(nodes, hidden), _node_json)
+    if len(_NODE_JSON) > 2 * len(table) + 100:  # forget nodes no longer read
+        keep = {id(n) for n in nodes}
+        for key in [k for k in _NODE_JSON if k not in keep]:
+            del _NODE_JSON[key]
+    return table
+
+
+def _nodes(table: NodeTable) -> bytes:
+    return b'{"count":%d,"nodes":%s}' % (len(table), table.all_json())
 
 
 def _partitions(partitions: list[Partition], hidden: frozenset[str]) -> dict[str, Any]:
@@ -492,16 +514,15 @@ async def nodes(request: Request, services: ServicesDep,
     from the same snapshot, with ``count``, ``returned`` and ``next_cursor``."""
     params = strict_query(request, _NODE_PARAMS)
     cache = _cache(services)
-    hidden = _hidden(services)
     if not params:
         snap = await cache.get("nodes")
-        return respond(request, await cache.render("nodes", [snap], _nodes, hidden))
+        return respond(request, await cache.render("nodes", [snap], _nodes))
     states = _mapped(params, "state", _NODE_STATE_WORDS)
     parts = _words(params, "partition")
     node_set = _node_set(params)
     _limit(params), _decode_cursor(params, "n")
     snap = await cache.get("nodes")
-    table: NodeTable = await cache.derive("node-table", snap, _node_table, hidden)
+    table: NodeTable = snap.value
 
     def build() -> bytes:
         rows = table.select(state=states, partition=set(parts) if parts is not None else None)
@@ -533,8 +554,8 @@ async def stats(request: Request, services: ServicesDep) -> Response:
     return respond(request, await cache.render("stats", [snap], _stats))
 
 
-def _usage(nodes: list[Node], jobs: JobTable, partitions: list[Partition], hidden: frozenset[str]) -> dict[str, Any]:
-    return build_usage(nodes, jobs.active(), partitions, hidden)
+def _usage(nodes: NodeTable, jobs: JobTable, partitions: list[Partition], hidden: frozenset[str]) -> dict[str, Any]:
+    return build_usage(nodes.nodes(), jobs.active(), partitions, hidden)
 
 
 @router.get("/usage", dependencies=[_READ], response_model=None,

@@ -222,8 +222,9 @@ def setup(services: Services, _app: FastAPI) -> None:
         snaps = [await cache.get("nodes"), await cache.get("jobs"), await cache.get("partitions")]
         if any(s.stale for s in snaps):
             raise SlurmUnavailable("slurmctld does not answer: no load sample taken")
-        values = [await snap.load() for snap in snaps]
-        sample = take_sample(values[0], values[1], values[2], hidden, archive.holder)
+        nodes = await asyncio.to_thread(snaps[0].value.nodes)
+        sample = await asyncio.to_thread(take_sample, nodes, snaps[1].value, snaps[2].value, hidden,
+                                         archive.holder)
         await asyncio.to_thread(archive.add, sample, settings.retention_days * 86400)
         return settings.archive_wait_time
 
