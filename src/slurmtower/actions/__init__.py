@@ -20,12 +20,13 @@ from slurmtower.actions.catalogue import (
     program_allowed,
     rule_dispatcher,
 )
-from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
+from slurmtower.actions.envelope import PARTIAL_EXIT_CODE, AuditOutcome, AuditRecord, Envelope
 from slurmtower.actions.ownership import OwnerTag, parse_reason, reason_owner, tag_reason
 from slurmtower.actions.registry import REGISTRY, ActionSpec
 from slurmtower.actions.store import ActionStore, StoreError
 
 __all__ = [
+    "PARTIAL_EXIT_CODE",
     "REGISTRY",
     "ActionSpec",
     "ActionStore",

@@ -8,7 +8,9 @@
 
 Bad input (unknown action or parameter, wrong type, malformed or unknown nodes ...) raises
 an :mod:`slurmtower.errors` error before anything changes; a refusal by a safety rule raises
-:class:`Conflict`. A Slurm or accounting failure while acting gives a ``failed`` envelope.
+:class:`Conflict`. A Slurm or accounting failure while acting gives a ``failed`` envelope, an
+action that changed only some of its nodes a ``partial`` one (exit code
+:data:`~slurmtower.actions.envelope.PARTIAL_EXIT_CODE`).
 Every mutating action, whatever its outcome, is appended to the audit log; every envelope is
 kept for :meth:`Catalogue.get_execution`.
 """
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
-from slurmtower.actions.envelope import AuditOutcome, Envelope
+from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
 from slurmtower.actions.registry import REGISTRY, ActionSpec, Run
 from slurmtower.actions.store import ActionStore, StoreError
@@ -258,8 +260,9 @@ class Catalogue:
                 if record is not None:
                     self.store.append_audit(**record)
             raise
-        env = self._envelope(spec, execution_id, started, used, run, status="succeeded", result=result)
-        outcome = "dry_run" if run.dry_run else "succeeded"
+        status = PARTIAL if run.partial is not None else "succeeded"
+        env = self._envelope(spec, execution_id, started, used, run, status=status, result=result)
+        outcome = "dry_run" if run.dry_run else "partial" if run.partial is not None else "succeeded"
         self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, outcome,
                                                                          "\n".join(run.stdout)))
         return env
@@ -273,16 +276,17 @@ class Catalogue:
     @staticmethod
     def _envelope(spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run, *,
                   status: str, result: Any = None, error: SlurmtowerError | None = None) -> Envelope:
-        stderr = error.message if error is not None else ""
+        stderr = error.message if error is not None else run.partial or ""
         if isinstance(error, SlurmError) and error.stderr and error.stderr.strip() != error.message:
             stderr = error.stderr.strip()
+        exit_code = error.exit_code if error is not None else PARTIAL_EXIT_CODE if status == PARTIAL else 0
         return Envelope(
             execution_id=execution_id,
             action=spec.name,
-            status="succeeded" if status == "succeeded" else "failed",
+            status="succeeded" if status == "succeeded" else PARTIAL if status == PARTIAL else "failed",
             parameters=used,
             result=json.loads(json.dumps(result, default=str)),
-            exit_code=0 if error is None else error.exit_code,
+            exit_code=exit_code,
             stdout="\n".join(run.stdout),
             stderr=stderr,
             start_time=started,

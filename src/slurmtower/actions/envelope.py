@@ -7,23 +7,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AuditOutcome", "AuditRecord", "Envelope"]
+__all__ = ["PARTIAL", "PARTIAL_EXIT_CODE", "AuditOutcome", "AuditRecord", "Envelope"]
 
-AuditOutcome = Literal["succeeded", "failed", "dry_run", "refused", "rejected"]
+AuditOutcome = Literal["succeeded", "partial", "failed", "dry_run", "refused", "rejected"]
+
+#: The status of an execution that changed part of what it was asked to: some nodes
+#: changed and others did not, or Slurm reported an error for a call that changed nodes.
+#: ``result["outcome"]`` names the nodes of each outcome; the audit has each node's state
+#: before and after.
+PARTIAL = "partial"
+#: The exit code of ``slurmtower run`` for a partial outcome (HTTP stays 200: the envelope's
+#: ``status`` and ``exit_code`` say it).
+PARTIAL_EXIT_CODE = 4
 
 
 class Envelope(BaseModel):
     """One execution of one action, the same for the CLI, the HTTP API and rules.
 
     ``status``, ``result``, ``exit_code``, ``stdout`` and ``stderr`` are the StackStorm pack's
-    fields; ``exit_code`` is 0 on success, else the exit code the CLI ends with.
+    fields; ``exit_code`` is 0 on success, else the exit code the CLI ends with
+    (:data:`PARTIAL_EXIT_CODE` for ``partial``, with ``stderr`` saying what did not change).
     """
 
     model_config = ConfigDict(frozen=True)
 
     execution_id: str
     action: str
-    status: Literal["succeeded", "failed"]
+    status: Literal["succeeded", "partial", "failed"]
     parameters: dict[str, Any] = Field(default_factory=dict)
     """The parameters used, defaults filled in."""
     result: Any = None

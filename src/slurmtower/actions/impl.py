@@ -3,12 +3,20 @@
 Every node action checks that all nodes exist before acting and acts on the whole node set
 with one Slurm call. Mutating actions fill ``run.before``/``run.after`` for the audit log
 and honour ``dry_run`` by returning what they would do.
+
+Slurm applies a node-state update node by node and answers the whole call with the last
+error it met: ``scontrol update nodename=x[1-1000] state=resume`` over nodes whose slurmd
+never registered clears their DRAIN, then refuses their UNKNOWN state ("Invalid node state
+specified"). So drain, down and resume read the nodes again after the call, say per node
+what happened (``result["outcome"]``, ``run.after[node]["outcome"]``), and report a
+:data:`~slurmtower.actions.envelope.PARTIAL` outcome when some nodes changed and others did
+not, or when Slurm complained about a call that changed nodes.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -30,8 +38,8 @@ from slurmtower.actions.params import (
     TriggerUnsetParams,
 )
 from slurmtower.actions.registry import Run, action, node_snapshot
-from slurmtower.errors import AccountingUnavailable, Conflict, InvalidInput, NotFound
-from slurmtower.models import Job, JobState, Node, Reservation, config_key, parse_job_state
+from slurmtower.errors import AccountingUnavailable, Conflict, InvalidInput, NotFound, SlurmRequestError
+from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
 
@@ -316,16 +324,57 @@ def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[
     if run.dry_run:
         run.stdout.append(f"dry run: would {verb} {ns} with reason {reason!r}")
         return {"nodes": str(ns), "state": state, "reason": reason, "dry_run": True}
-    if state == "DRAIN":
-        run.client.drain(ns, reason=reason)
-    else:
-        run.client.down(ns, reason=reason)
-    after = run.client.nodes(ns)
-    run.after = node_snapshot(after)
-    run.stdout.append(f"{verb}: {ns} ({reason})")
+    tag = parse_reason(reason)[1]
+    past = "drained" if state == "DRAIN" else "down"
+
+    def done(node: Node) -> str | None:
+        held = NodeFlag.DRAIN in node.flags if state == "DRAIN" else node.state is NodeState.DOWN
+        return past if held and parse_reason(node.reason)[1] == tag else None
+
+    act = run.client.drain if state == "DRAIN" else run.client.down
+    after, outcome, complaint = _act_per_node(run, ns, ns, lambda: act(ns, reason=reason), done)
+    run.stdout.append(f"{verb}: {outcome.get(past) or 'no node'} ({reason})")
+    if "unchanged" in outcome:
+        run.stdout.append(f"unchanged: {outcome['unchanged']}")
+    if complaint is not None:
+        run.stdout.append(f"Slurm said: {complaint}")
     return {"nodes": str(ns), "state": state, "reason": reason, "taken_over": [n.name for n in others],
             "owner": f"slurmtower:{sanitize_who(run.principal)}@{run.via}",
+            "outcome": {k: str(v) for k, v in outcome.items()},
             "states": {n.name: n.state_text for n in after}}
+
+
+def _act_per_node(run: Run, acted: NodeSet, read: NodeSet, call: Callable[[], None],
+                  done: Callable[[Node], str | None]) -> tuple[list[Node], dict[str, NodeSet], str | None]:
+    """Make one Slurm call on ``acted``, read ``read`` again and say per node what happened.
+
+    ``done`` names what happened to a node that reached the wanted state (``None``: it did
+    not, it is ``unchanged``). Fills ``run.after`` (each acted node with its ``outcome``)
+    and ``run.partial``. Returns the nodes read, the nodes of each outcome and what Slurm
+    complained about, if it did; raises Slurm's refusal when the call changed no node.
+    """
+    refusal: SlurmRequestError | None = None
+    try:
+        call()
+    except SlurmRequestError as exc:  # Slurm may have changed some nodes before refusing
+        refusal = exc
+    after = run.client.nodes(read)
+    run.after = node_snapshot(after)
+    names: dict[str, list[str]] = {}
+    for node in after:
+        if node.name in acted:
+            what = done(node) or "unchanged"
+            names.setdefault(what, []).append(node.name)
+            run.after[node.name]["outcome"] = what
+    outcome = {what: NodeSet(nodes) for what, nodes in sorted(names.items())}
+    reached = [what for what in outcome if what != "unchanged"]
+    if refusal is not None and not reached:
+        raise refusal
+    if refusal is not None or "unchanged" in outcome:
+        parts = [f"{what}: {outcome[what]}" for what in outcome]
+        slurm = f"; Slurm said: {refusal.message}" if refusal is not None else ""
+        run.partial = f"{', '.join(parts)}{slurm}"
+    return after, outcome, refusal.message if refusal is not None else None
 
 
 @action("slurm.node.drain", NodeDrainParams, mutating=True, permission="operate")
@@ -368,11 +417,27 @@ def node_resume(run: Run, p: NodeResumeParams) -> dict[str, Any]:
     if run.dry_run:
         run.stdout.append(f"dry run: would resume {to_resume}")
         return {**result, "dry_run": True}
-    run.client.resume(to_resume)
-    after = run.client.nodes(ns)
-    run.after = node_snapshot(after)
-    run.stdout.append(f"resume: {to_resume}")
-    return {**result, "states": {n.name: n.state_text for n in after}}
+
+    def done(node: Node) -> str | None:
+        if holds_node(node):
+            return None
+        # Slurm clears DRAIN/FAIL first, then refuses to set a state for a node that never
+        # registered (base state UNKNOWN): it takes jobs once its slurmd registers.
+        return "drain_cleared" if node.state is NodeState.UNKNOWN else "resumed"
+
+    after, outcome, complaint = _act_per_node(run, to_resume, ns, lambda: run.client.resume(to_resume), done)
+    # Resuming sets NOT_RESPONDING until slurmd registers again: only the state before tells
+    # whose slurmd was not answering (or never registered: UNKNOWN, flagged only once a ping
+    # has failed).
+    silent = NodeSet([n.name for n in held if NodeFlag.NOT_RESPONDING in n.flags or n.state is NodeState.UNKNOWN])
+    for what, names in outcome.items():
+        run.stdout.append(f"{what.replace('_', ' ')}: {names}")
+    if silent:
+        run.stdout.append(f"not responding before the resume (in service once their slurmd registers): {silent}")
+    if complaint is not None:
+        run.stdout.append(f"Slurm said: {complaint}")
+    return {**result, "outcome": {k: str(v) for k, v in outcome.items()}, "not_responding": str(silent) or None,
+            "states": {n.name: n.state_text for n in after}}
 
 
 _NODE_ATTR = {"available_features": "features", "cpu_bind": None}

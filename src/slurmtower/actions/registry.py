@@ -37,6 +37,9 @@ class Run:
     before: dict[str, Any] = field(default_factory=dict)
     after: dict[str, Any] = field(default_factory=dict)
     stdout: list[str] = field(default_factory=list)
+    partial: str | None = None
+    """Set by an action that changed only part of what it was asked to (why, in one line):
+    the execution ends ``partial`` instead of ``succeeded``."""
 
     def accounting(self) -> AccountingDB | None:
         """The accounting reader, or ``None`` when none is configured."""

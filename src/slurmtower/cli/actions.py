@@ -53,6 +53,9 @@ def run(
     env = catalogue.execute(action, parsed, principal=cli_principal(), via="cli",
                             dry_run=True if dry_run else None)
     typer.echo(_dump(env.model_dump(mode="json"), output))
+    if env.status == "partial":
+        typer.echo(f"slurmtower: partial: {action}: {env.stderr.splitlines()[0] if env.stderr else ''}", err=True)
+        raise typer.Exit(env.exit_code)
     if env.status != "succeeded":
         typer.echo(f"slurmtower: error: {action} failed: {env.stderr.splitlines()[0] if env.stderr else ''}",
                    err=True)
