@@ -19,9 +19,10 @@ import yaml
 
 from slurmtower.actions import PARTIAL_EXIT_CODE, Catalogue
 from slurmtower.devcluster import DevCluster
+from slurmtower.errors import NotFound
 from slurmtower.nodeset import NodeSet
 from slurmtower.settings import Settings, load_settings
-from slurmtower.slurm import CliSlurmClient, CommandRunner
+from slurmtower.slurm import CliSlurmClient, CommandRunner, RestSlurmClient
 
 from .conftest import node_states, scale_sh, sh, wait_for
 
@@ -136,6 +137,25 @@ def test_job_get_reads_only_the_asked_job(catalogue: Catalogue, runner: CommandR
     assert (job["name"], job["account"], job["partition"], job["state"]) == ("st-scale-find", "physics",
                                                                               "batch", "PENDING")
     assert job["state_reason"] == "JobHeldUser" and job["from_accounting"] is False
+
+
+def test_rest_backend_reads_a_few_nodes_and_jobs_one_by_one(devcluster: DevCluster, client: CliSlurmClient,
+                                                             held_jobs: list[int]) -> None:
+    rest = RestSlurmClient(f"http://127.0.0.1:{devcluster.rest_port}", user="root", jwt_key_file=devcluster.jwt_key)
+    paths: list[str] = []
+    rest.observers.append(lambda kind, _s, _ok: paths.append(kind))
+    try:
+        nodes = rest.nodes(NodeSet("n[2-3]"))
+        assert [n.name for n in nodes] == ["n2", "n3"]
+        assert [(n.state, n.flags) for n in nodes] == [(n.state, n.flags) for n in client.nodes(NodeSet("n[2-3]"))]
+        with pytest.raises(NotFound, match="n9"):
+            rest.nodes(NodeSet("n[3,9]"))
+        jobs = rest.jobs([held_jobs[0], 999999])
+        assert [j.job_id for j in jobs] == [held_jobs[0]] and jobs[0].name == "st-scale-find"
+        # /node/{name} and /job/{id}, never every node's or job's record
+        assert set(paths) == {"rest openapi", "rest node", "rest job"}, paths
+    finally:
+        rest.close()
 
 
 # -- the 1,000-node scale lab ---------------------------------------------------------------

@@ -65,6 +65,11 @@ _READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "part
           "ping")
 
 
+#: Up to this many nodes or job ids, a read asks /node/{name} or /job/{id} for each
+#: instead of parsing every node or job of the cluster.
+_SINGLE_READS = 16
+
+
 class RestSlurmClient:
     """A :class:`~slurmtower.slurm.client.SlurmClient` over slurmrestd (JWT auth)."""
 
@@ -218,11 +223,38 @@ class RestSlurmClient:
                    p.get("responding") is True for p in pings)
 
     def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
+        if nodes is not None and len(nodes) <= _SINGLE_READS:
+            return self._some_nodes(nodes)
         result = ad.parse_nodes_json(self._slurm("nodes"))
         return select_nodes(result, nodes)
 
+    def _some_nodes(self, nodes: NodeSet) -> list[Node]:
+        # /node/{name} takes one name (no hostlist): one request per node, not all of them.
+        found: list[Node] = []
+        for name in nodes:
+            try:
+                found += ad.parse_nodes_json(self._slurm(f"node/{name}"))
+            except SlurmRequestError as exc:
+                if "invalid node name" not in exc.message.lower():
+                    raise
+        return select_nodes(found, nodes)
+
+    def _some_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        found: list[Job] = []
+        for job_id in sorted({int(j) for j in job_ids}):
+            try:
+                found += ad.parse_jobs_json(self._slurm(f"job/{job_id}"))
+            except SlurmRequestError as exc:
+                # 22.05: "Unable to find JobId=9" (slurm_load_job's "Invalid job id specified")
+                if not any(w in exc.message.lower() for w in ("invalid job id", "unable to find jobid")):
+                    raise
+        return found
+
     def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
-        result = ad.parse_jobs_json(self._slurm("jobs"))
+        if job_ids is not None and len(job_ids) <= _SINGLE_READS:
+            result = self._some_jobs(job_ids)
+        else:
+            result = ad.parse_jobs_json(self._slurm("jobs"))
         if job_ids is None:
             return result
         wanted = {int(j) for j in job_ids}
