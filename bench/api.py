@@ -307,6 +307,8 @@ def main() -> None:
     out()
     out(f"command: `python bench/api.py {' '.join(sys.argv[1:])}`; {os.cpu_count()} cores; load generator "
         f"{'wrk -t2' if use_wrk else 'httpx async'}, {args.clients} clients, {args.duration:g} s per target")
+    out(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other work on the machine "
+        "shares its cores)")
     out(f"submitting {args.jobs} held jobs ...")
     t = time.monotonic()
     held = submit_held(args.jobs)
@@ -354,6 +356,7 @@ def main() -> None:
         out(f"cancelling {len(held)} held jobs ...")
         cancel(held)
 
+    out(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     out()
     out("| route | target | config | credential | req/s | p50 ms | p99 ms | errors | slurmctld RPCs |")
     out("|---|---|---|---|---:|---:|---:|---:|---:|")
