@@ -207,7 +207,7 @@ def test_at_most_one_query_per_refresh_interval(settings: Settings) -> None:
         with ThreadPoolExecutor(8) as pool:
             total = sum(pool.map(poll, range(8)))
     assert total > 50
-    assert 3 <= cache.queries["jobs"] - first <= 4
+    assert 2 <= cache.queries["jobs"] - first <= 4  # one per interval at most (3.5 s, 1 s interval)
 
 
 def test_responses_carry_age_etag_and_gzip(settings: Settings) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import Request, Response
 from pydantic_core import to_json
@@ -54,6 +55,7 @@ __all__ = [
     "Rendered",
     "Snapshot",
     "SnapshotCache",
+    "query_key",
     "respond",
     "services_of",
     "shared_cache",
@@ -168,8 +170,9 @@ class SnapshotCache:
         self._views: dict[str, _View] = {}
         self._derived: dict[str, tuple[Any, Any]] = {}
         self._derive_locks: dict[str, asyncio.Lock] = {}
-        self._queries: OrderedDict[Hashable, Rendered] = OrderedDict()
+        self._queries: OrderedDict[Hashable, tuple[Any, Rendered]] = OrderedDict()
         self._query_bytes = 0
+        self._building: dict[Hashable, asyncio.Task[Rendered]] = {}
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
         #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
@@ -348,12 +351,31 @@ class SnapshotCache:
     async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot], build: Callable[[], bytes]) -> Rendered:
         """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built
         once per query and snapshot set: fifty clients asking for the same page share one
-        rendering. The last ones are kept up to :data:`QUERY_VIEW_BYTES` in all."""
-        full_key = (key, tuple((s.resource, s.generation, s.stale) for s in snapshots))
-        found = self._queries.get(full_key)
-        if found is not None:
-            self._queries.move_to_end(full_key)
-            return found
+        rendering (and :class:`FastReads` answers the next ones from it). The last ones are
+        kept up to :data:`QUERY_VIEW_BYTES` in all."""
+        built_from = tuple((s.resource, s.generation, s.stale) for s in snapshots)
+        found = self._queries.get(key)
+        if found is not None and found[0] == built_from:
+            self._queries.move_to_end(key)
+            return found[1]
+        pending = self._building.get((key, built_from))
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._build_query(key, built_from, snapshots, build))
+            self._building[(key, built_from)] = pending
+            pending.add_done_callback(lambda _t: self._building.pop((key, built_from), None))
+            pending.add_done_callback(_retrieve)
+        if found is not None and self._still_servable(found[1], snapshots):
+            return found[1]  # render ahead, as for the full views
+        return await asyncio.shield(pending)
+
+    def _still_servable(self, rendered: Rendered | None, snapshots: Sequence[Snapshot]) -> bool:
+        """``rendered`` may answer while the bytes of ``snapshots`` are made: not stale,
+        neither are they, and younger than two intervals."""
+        return (rendered is not None and not rendered.stale and not any(s.stale for s in snapshots)
+                and self.clock() - rendered.fetched_mono < 2 * self.interval)
+
+    async def _build_query(self, key: Hashable, built_from: Any, snapshots: Sequence[Snapshot],
+                           build: Callable[[], bytes]) -> Rendered:
         oldest = min(snapshots, key=lambda s: s.fetched_mono)
         stale = any(s.stale for s in snapshots)
         errors = [s.error for s in snapshots if s.error]
@@ -364,31 +386,44 @@ class SnapshotCache:
         rendered = await asyncio.to_thread(work)
         size = len(rendered.body or b"") + len(rendered.gzip or b"")
         if size <= QUERY_VIEW_BYTES // 4:
-            self._queries[full_key] = rendered
+            old = self._queries.pop(key, None)
+            if old is not None:
+                self._query_bytes -= _size(old[1])
+            self._queries[key] = (built_from, rendered)
             self._query_bytes += size
             while self._query_bytes > QUERY_VIEW_BYTES and self._queries:
-                _, old = self._queries.popitem(last=False)
-                self._query_bytes -= len(old.body or b"") + len(old.gzip or b"")
+                _, (_, dropped) = self._queries.popitem(last=False)
+                self._query_bytes -= _size(dropped)
         return rendered
+
+    def fresh_query(self, key: Hashable) -> Rendered | None:
+        """The kept view of query ``key`` if it was built from the current, fresh snapshots."""
+        found = self._queries.get(key)
+        if found is None or not self._fresh(found[0]):
+            return None
+        return found[1]
+
+    def _fresh(self, built: tuple[tuple[str, int, bool], ...]) -> bool:
+        now = self.clock()
+        interval = self.interval
+        for name, generation, stale in built:
+            entry = self._entries.get(name)
+            if (stale or entry is None or entry.snapshot is None or entry.generation != generation
+                    or entry.last_error is not None):
+                return False
+            age = now - entry.snapshot.fetched_mono
+            if age >= interval and not (entry.inflight is not None and age < 2 * interval):
+                return False
+        return True
 
     def fresh_view(self, view: str, resources: Sequence[str]) -> Rendered | None:
         """The rendered ``view`` if it was built from the current, fresh snapshots, else None."""
         state = self._views.get(view)
         if state is None or state.rendered is None or state.key is None:
             return None
-        now = self.clock()
-        interval = self.interval
         built = state.key[0]
-        if len(built) != len(resources):
+        if tuple(b[0] for b in built) != tuple(resources) or not self._fresh(built):
             return None
-        for (built_from, generation, stale), wanted in zip(built, resources, strict=True):
-            entry = self._entries.get(wanted)
-            if (stale or built_from != wanted or entry is None or entry.snapshot is None
-                    or entry.generation != generation or entry.last_error is not None):
-                return None
-            age = now - entry.snapshot.fetched_mono
-            if age >= interval and not (entry.inflight is not None and age < 2 * interval):
-                return None
         return state.rendered
 
     async def render(
@@ -407,6 +442,11 @@ class SnapshotCache:
         key = (tuple((s.resource, s.generation, s.stale) for s in snapshots), args)
         state = self._views.setdefault(view, _View())
         if state.key == key and state.rendered is not None:
+            return state.rendered
+        if state.lock.locked() and self._still_servable(state.rendered, snapshots):
+            # Render ahead: the new snapshot's bytes are being made; the previous ones (at
+            # most two intervals old, X-Data-Age says how old) answer meanwhile.
+            assert state.rendered is not None
             return state.rendered
         async with state.lock:
             if state.key == key and state.rendered is not None:
@@ -441,7 +481,16 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _retrieve(task: asyncio.Task[Snapshot]) -> None:
+def _size(rendered: Rendered) -> int:
+    return len(rendered.body or b"") + len(rendered.gzip or b"")
+
+
+def query_key(path: str, params: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The key a filtered view of ``path`` is kept under (parameter order does not matter)."""
+    return (path, tuple(sorted(params.items())))
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
     # The waiters may all have timed out: fetch the exception so asyncio does not log it.
     if not task.cancelled():
         task.exception()
@@ -530,13 +579,19 @@ def shared_cache(services: Services) -> SnapshotCache:
     return cache
 
 
+@dataclass(frozen=True)
+class _FastRoute:
+    path: str
+
+
 class FastReads:
     """ASGI middleware: answers ``GET`` of a cached view straight from its bytes.
 
-    Only when the view's snapshots are all fresh (younger than ``refresh_interval``, not
-    stale), the request has no query string and the route's own permission dependency
-    admits the caller; everything else (first request, refresh, errors, bad parameters,
-    refused callers) goes through the FastAPI route as usual. Routing and dependency
+    Only when the view's snapshots are all fresh (younger than the interval, not stale), the
+    request has no query string or one whose view was rendered from these snapshots for an
+    earlier request, and the route's own permission dependency admits the caller; everything
+    else (first request, refresh, errors, bad parameters, refused callers) goes through the
+    FastAPI route as usual. Routing and dependency
     resolution cost more than the rest of a cached answer: this is what lets one worker
     serve thousands of requests per second.
 
@@ -556,11 +611,23 @@ class FastReads:
         self.permission = permission
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
+        if scope["type"] == "http" and scope["method"] == "GET":
             found = self.views.get(scope["path"])
+            rendered: Rendered | None = None
             if found is not None:
-                rendered = self.cache.fresh_view(*found)
+                query = scope.get("query_string")
+                if not query:
+                    rendered = self.cache.fresh_view(*found)
+                else:
+                    # A filtered view some client asked for since the last refresh (so its
+                    # parameters were checked): the same query, answered from its bytes.
+                    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+                    params = dict(pairs)
+                    if len(params) == len(pairs):
+                        rendered = self.cache.fresh_query(query_key(scope["path"], params))
                 if rendered is not None:
+                    # /metrics labels requests by route template: this one is its path.
+                    scope.setdefault("route", _FastRoute(scope["path"]))
                     request = Request(scope, receive)
                     try:
                         await self.permission(request)

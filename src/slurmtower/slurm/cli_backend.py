@@ -97,6 +97,7 @@ class CliSlurmClient:
         self._nodes_text: str | None = None
         self._nodes: list[Node] | None = None
         self._states: list[Node] | None = None
+        self._state_lines: dict[str, list[Node]] = {}
 
     # -- detection --------------------------------------------------------------------
     def version(self) -> SlurmVersion:
@@ -348,11 +349,22 @@ class CliSlurmClient:
         res = self.runner.run(["sinfo", "-h", "--all", "-O", ad.state_format()], check=False)
         if res.returncode != 0:
             self._raise_failure(res.argv, res.returncode, res.stderr)
+        # sinfo does not keep its lines in one order from call to call: compare them sorted,
+        # and keep each line's nodes (a line of n[5-5000] is 4,996 nodes to build).
+        lines = sorted(line for line in res.stdout.split("\n") if line.strip())
+        text = "\n".join(lines)
         with self._lock:
-            if res.stdout == self._states_text and self._states is not None:
+            if text == self._states_text and self._states is not None:
                 return self._states
-            states = ad.parse_node_states_text(res.stdout)
-            self._states_text, self._states = res.stdout, states
+            memo, fresh = self._state_lines, {}
+            seen: dict[str, Node] = {}
+            for line in lines:
+                nodes = memo.get(line)
+                fresh[line] = nodes if nodes is not None else ad.parse_node_state_line(line)
+                for node in fresh[line]:
+                    seen.setdefault(node.name, node)
+            states = list(seen.values())
+            self._states_text, self._states, self._state_lines = text, states, fresh
             return states
 
     def job_steps(self, job_ids: Sequence[int] | None = None) -> list[JobStep]:
