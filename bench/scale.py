@@ -386,6 +386,9 @@ def body_size(url: str, headers: dict[str, str], timeout: float) -> tuple[int, i
 
 
 # -- the service ------------------------------------------------------------------------
+_ENTRY = "import sys; from slurmtower.cli import main; sys.argv[0] = 'slurmtower'; sys.exit(main())"
+
+
 class Serve:
     """``slurmtower serve`` as users run it, against the lab (own state dir, own port)."""
 
@@ -399,8 +402,9 @@ class Serve:
         if stripped:
             env.update({"SLURMTOWER_AUTH__ANONYMOUS_READ": "true", "SLURMTOWER_EVENTS__SENSOR_ENABLED": "false",
                         "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": "false"})
-        exe = str(Path(sys.executable).with_name("slurmtower"))
-        argv = [exe, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        # The console script's entry point, started so that its command line does not read
+        # "slurmtower serve": on a shared machine, other sessions stop such processes by name.
+        argv = [sys.executable, "-c", _ENTRY, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         if not access_log:
             argv.append("--no-access-log")
         self.log_path = state_dir / "serve.log"
@@ -456,8 +460,13 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
     serve = Serve(cluster, state_dir, **kw)
     try:
         yield serve
-    except BaseException:
+    except BaseException as exc:
         exited = serve.proc.poll()
+        if exited is None and isinstance(exc, httpx.HTTPError):
+            try:  # a reset connection: serve may be shutting down on a signal from outside
+                exited = serve.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
         serve.stop()
         kept = Path(f"/tmp/slurmtower-scale-serve-{os.getpid()}.log")  # noqa: S108
         shutil.copyfile(serve.log_path, kept)
