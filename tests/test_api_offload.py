@@ -166,3 +166,31 @@ def test_the_setting_off_keeps_the_refresh_in_process(settings: Settings, held: 
         body = http.get("/queue").json()
     assert set(held) <= {j["job_id"] for j in body["jobs"]}
     assert cache.queries["jobs"] == 1
+
+
+def test_a_recycled_worker_goes_on_from_the_line_hashes(settings: Settings, held: list[int]) -> None:
+    """After a whole queue was read once, the worker is replaced (its memory stays high
+    otherwise); the new one knows the lines by their hashes: it sends only what changed,
+    and the answers still match squeue."""
+    app = create_app(configure(settings, interval=0.3))
+    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    with running(app) as http:
+        first = worker_pid(cache)
+        assert {j["job_id"] for j in http.get("/queue").json()["jobs"]} >= set(held)
+        assert cache.full_reads["jobs"] == 1
+        entry = cache._entries["jobs"]
+        assert cache.worker is not None
+        cache.worker.recycle(entry.table.line_memo(), entry.seq)
+        second = worker_pid(cache)
+        assert second != first and not alive(first)
+        sh("scontrol", "release", str(held[0]))
+        sh("scontrol", "update", f"jobid={held[1]}", "name=offload-renamed")
+
+        def renamed() -> dict[int, str] | None:
+            jobs = {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}
+            listed = {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+            return jobs if jobs.get(held[1]) == "offload-renamed" and set(jobs) == listed else None
+
+        jobs = wait_for(renamed, 20, step=0.3, what="the rename in /queue, and the same jobs as squeue")
+        assert cache.full_reads["jobs"] == 1  # the new worker did not read everything again
+        assert jobs[held[2]] == "offload-2"

@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: A rendered view larger than this keeps only its gzip.
 KEEP_PLAIN_BYTES = 1 << 20
+#: A refresh worker that read a queue this long in full is replaced (RefreshWorker.recycle).
+RECYCLE_AFTER_ROWS = 5_000
 #: Filtered and paged views kept for the clients asking the same (bytes, all together).
 QUERY_VIEW_BYTES = 16 << 20
 
@@ -175,6 +177,8 @@ class SnapshotCache:
         self._building: dict[Hashable, asyncio.Task[Rendered]] = {}
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
+        #: Rounds of a delta-read resource that read (and sent) every row.
+        self.full_reads: Counter[str] = Counter()
         #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
         self.worker: RefreshWorker | None = None
 
@@ -325,6 +329,10 @@ class SnapshotCache:
 
         entry.table, value = await asyncio.to_thread(apply)
         entry.seq = delta.seq
+        if delta.full:
+            self.full_reads[spec.resource] += 1
+        if delta.full and len(delta.keys) >= RECYCLE_AFTER_ROWS:
+            worker.recycle(entry.table.line_memo(), entry.seq)
         return result, value
 
     def _fallback(self, entry: _Entry, exc: SlurmtowerError) -> Snapshot:

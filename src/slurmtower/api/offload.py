@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import pickle
 import resource
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -123,7 +124,7 @@ def _record(kind: str, seconds: float, ok: bool) -> None:
     _calls.append((kind, seconds, ok))
 
 
-def _init_worker(settings: Settings) -> None:
+def _init_worker(settings: Settings, queue_memo: dict[int, int] | None = None, seq: int = 0) -> None:
     global _client
     # The parent shuts the worker down in its lifespan; a Ctrl-C on the terminal's process
     # group must not kill a round half-way.
@@ -131,6 +132,9 @@ def _init_worker(settings: Settings) -> None:
     from slurmtower.slurm import make_client
 
     _client = make_client(settings, observers=[_record])
+    resume = getattr(_client, "resume_queue", None)
+    if queue_memo is not None and resume is not None:
+        resume(queue_memo, seq)
 
 
 def _pid() -> int:
@@ -217,14 +221,22 @@ class RefreshWorker:
         self.timeout = timeout
         self._pool: ProcessPoolExecutor | None = None
         self._pid: Future[int] | None = None
+        self._resume: tuple[dict[int, int], int] | None = None
         self.rounds = 0
         self.restarts = -1
+        self.recycled = 0
+        # Every worker of this process hashes squeue lines alike, so one can go on from the
+        # line hashes its predecessor reported (see recycle).
+        if os.environ.get("PYTHONHASHSEED", "random") == "random":
+            os.environ["PYTHONHASHSEED"] = str(secrets.randbelow(2**32 - 1) + 1)
 
     def start(self) -> None:
         """Spawn the worker now (its imports take a second), without waiting for it."""
         if self._pool is None:
+            memo, seq = self._resume if self._resume is not None else (None, 0)
+            self._resume = None
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self.settings,))
+                                             initializer=_init_worker, initargs=(self.settings, memo, seq))
             self._pid = self._pool.submit(_pid)
             self._pid.add_done_callback(_ignore)
             self.restarts += 1
@@ -292,6 +304,22 @@ class RefreshWorker:
             assert isinstance(err, SlurmtowerError)
             raise err
         return result
+
+    def recycle(self, queue_memo: dict[int, int], seq: int) -> None:
+        """Replace the worker by a new one that goes on from ``queue_memo`` (the line hashes
+        of the table the serving process holds, at delta ``seq``).
+
+        Reading a whole queue once (at start-up) leaves the worker's memory high for good:
+        100,000 rows were made there and Python keeps the freed memory. Its successor knows
+        the lines by their hashes and never makes those rows.
+        """
+        pool = self._pool
+        if pool is None:
+            return
+        self._resume = (queue_memo, seq)
+        self.recycled += 1
+        self._discard(pool, kill=True)
+        self.start()
 
     def _discard(self, pool: ProcessPoolExecutor, *, kill: bool = False) -> None:
         if self._pool is not pool:

@@ -163,11 +163,13 @@ class JobTable(_Table):
 
     Columns: ``user``, ``account``, ``partition`` (as Slurm gives it; a pending job may name
     several, ``"batch,short"``: it is indexed under each), ``state`` (the base state's
-    value), ``name`` and ``nodes`` (a set of node names, empty while pending).
+    value), ``name``, ``nodes`` (a set of node names, empty while pending) and ``line``
+    (the hash of the squeue line the row was read from, so that a new refresh worker can
+    tell unchanged lines without parsing them; ``None`` for rows made from models).
     """
 
     __slots__ = ("_active",)
-    _COLUMNS = ("user", "account", "partition", "state", "name", "nodes")
+    _COLUMNS = ("user", "account", "partition", "state", "name", "nodes", "line")
 
     def __init__(self, keys: Sequence[int], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
@@ -194,6 +196,7 @@ class JobTable(_Table):
                 "state": [j.state.value for j in ordered],
                 "name": [j.name for j in ordered],
                 "nodes": [frozenset(NodeSet(j.nodes)) if j.nodes else frozenset() for j in ordered],
+                "line": [None] * len(ordered),
             },
         )
 
@@ -285,6 +288,11 @@ class JobTable(_Table):
             rows = self.select(state={JobState.RUNNING.value, JobState.SUSPENDED.value})
             self._active = self.jobs(rows)
         return self._active
+
+    def line_memo(self) -> dict[int, int]:
+        """``line hash -> job id`` of the rows read from squeue lines (what a new refresh
+        worker starts from)."""
+        return {h: k for k, h in zip(self.keys, self.columns["line"], strict=True) if h is not None}
 
     def count_by(self, *columns: str) -> Counter[tuple[Any, ...]]:
         """How many rows hold each combination of ``columns``' values."""

@@ -87,7 +87,7 @@ class CliSlurmClient:
         self.slurm_user = slurm_user
         self._version: SlurmVersion | None = None
         self._lock = threading.Lock()
-        self._queue_memo: dict[str, int] = {}
+        self._queue_memo: dict[int, int] = {}
         self._rows = ad.QueueRowParser()
         self._queue_digest: bytes | None = None
         self._queue_seq = 0
@@ -317,7 +317,8 @@ class CliSlurmClient:
         # The text form on every release (see adapters._queue for what it costs and lacks).
         # Only lines that differ from the previous read are parsed: a queue of held or
         # waiting jobs costs the squeue call and a dictionary lookup per line. The memo keeps
-        # each line's job id, not its row: the rows live with whoever applies the deltas.
+        # each line's hash and job id, not its row: the rows live with whoever applies the
+        # deltas (and a new worker can start from their hashes: resume_queue).
         res = self.runner.run(["squeue", "-h", "--states=all", "-O", ad.queue_format()], check=False)
         if res.returncode != 0:
             self._raise_failure(res.argv, res.returncode, res.stderr)
@@ -328,19 +329,26 @@ class CliSlurmClient:
             if not full and digest == self._queue_digest:
                 return QueueDelta(keys=(), rows={}, unchanged=True, seq=self._queue_seq, base=base)
             memo = {} if full else self._queue_memo
-            fresh: dict[str, int] = {}
+            fresh: dict[int, int] = {}
             rows: dict[int, tuple[bytes, tuple[Any, ...]]] = {}
             for line in res.stdout.split("\n"):
                 if not line:
                     continue
-                job_id = memo.get(line)
+                key = hash(line)
+                job_id = memo.get(key)
                 if job_id is None:
                     job_id, fragment, columns = self._rows.row(line)
                     rows[job_id] = (fragment, columns)
-                fresh[line] = job_id
+                fresh[key] = job_id
             self._queue_memo, self._queue_digest = fresh, digest
             return QueueDelta(keys=tuple(sorted(fresh.values())), rows=rows, full=full,
                               seq=self._queue_seq, base=base)
+
+    def resume_queue(self, memo: dict[int, int], seq: int) -> None:
+        """Go on from the deltas another client of this hash function (``PYTHONHASHSEED``)
+        made: ``memo`` is the table's :meth:`~JobTable.line_memo`, ``seq`` its last delta."""
+        with self._lock:
+            self._queue_memo, self._queue_seq, self._queue_digest = dict(memo), seq, None
 
     def node_states(self) -> list[Node]:
         # `sinfo -O` folds nodes that share a state and reason into one line: at 5,000 nodes a

@@ -23,6 +23,7 @@ from slurmtower.api.cache import (
     FastReads,
     Snapshot,
     SnapshotCache,
+    query_key,
     respond,
     services_of,
     shared_cache,
@@ -454,8 +455,7 @@ def _page(table: JobTable | NodeTable, rows: Sequence[int], params: dict[str, st
 
 async def _respond_query(request: Request, cache: SnapshotCache, params: dict[str, str], snap: Snapshot,
                          build: Callable[[], bytes]) -> Response:
-    key = (request.url.path, tuple(sorted(params.items())))
-    return respond(request, await cache.query_view(key, [snap], build), cache.clock)
+    return respond(request, await cache.query_view(query_key(request.url.path, params), [snap], build), cache.clock)
 
 
 _QUEUE_PARAMS = ("user", "account", "partition", "state", "name", "nodes", "limit", "cursor")
