@@ -10,7 +10,8 @@ Usage (against your devcluster instance; loopback only)::
 sent in ``Authorization: Bearer`` by every request of the "token" rows), the sensor and the load
 archiver on, one uvicorn worker, its own state directory (store, sensor key and triggers, removed
 at the end). ``auth.anonymous_read`` is on too, only so that the same server in the same minute
-answers the "no token" rows: that pair isolates what checking a token costs. The stripped
+answers the "no token" rows: that pair isolates what checking a token costs (the two take
+turns in ``--rounds`` rounds; their p99 is the worst round's). The stripped
 configuration (anonymous, no sensor, no archiver), which earlier versions of this benchmark
 measured alone, is one extra row per route from a second server started afterwards. Both run
 with ``--no-access-log`` (the access log costs throughput whatever the configuration).
@@ -103,7 +104,7 @@ def _ms(value: str, unit: str) -> float:
 
 def run_wrk(url: str, headers: dict[str, str], clients: int, duration: float) -> tuple[int, float, float,
                                                                                     float, int]:
-    argv = ["wrk", "-t2", f"-c{clients}", f"-d{int(duration)}s", "--timeout", "60s", "--latency", url]
+    argv = ["wrk", "-t2", f"-c{clients}", f"-d{max(1, round(duration))}s", "--timeout", "60s", "--latency", url]
     for k, v in headers.items():
         argv += ["-H", f"{k}: {v}"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
@@ -285,6 +286,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--jobs", type=int, default=2000, help="held jobs submitted for the run")
     ap.add_argument("--loadgen", choices=("auto", "wrk", "httpx"), default="auto")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with a token and without take turns in this many rounds (duration split)")
     ap.add_argument("--no-stripped", action="store_true", help="skip the stripped-configuration rows")
     ap.add_argument("--output", type=Path, help="also write the report to this Markdown file")
     args = ap.parse_args()
@@ -316,11 +319,32 @@ def main() -> None:
     rows: dict[tuple[str, str], Result] = {}
     sizes: dict[str, tuple[float, float]] = {}
 
-    def run(route: str, name: str, url: str, headers: dict[str, str]) -> None:
-        res = measure(url, headers, args.clients, args.duration, use_wrk)
-        rows[route, name] = res
+    def show(name: str, res: Result) -> None:
         out(f"  {name:<30} {res.rps:9.1f} req/s  p50 {res.p50_ms:7.1f} ms  p99 {res.p99_ms:7.1f} ms  "
             f"errors {res.errors}  RPCs {res.rpcs} ({res.rpcs_per_request:.4f}/req) {res.rpc_detail}")
+
+    def run(route: str, name: str, url: str, headers: dict[str, str]) -> None:
+        rows[route, name] = res = measure(url, headers, args.clients, args.duration, use_wrk)
+        show(name, res)
+
+    def run_pair(route: str, url: str, variants: dict[str, dict[str, str]]) -> None:
+        # The variants take turns in rounds, so the other work on the machine (it varies from
+        # one minute to the next) weighs on each alike; p99 is the worst round's.
+        parts: dict[str, list[Result]] = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            for name, headers in variants.items():
+                parts[name].append(measure(url, headers, args.clients, args.duration / args.rounds, use_wrk))
+        for name, results in parts.items():
+            detail: dict[str, int] = {}
+            for r in results:
+                for k, v in r.rpc_detail.items():
+                    detail[k] = detail.get(k, 0) + v
+            rows[route, name] = res = Result(
+                requests=sum(r.requests for r in results), seconds=sum(r.seconds for r in results),
+                p50_ms=statistics.median(r.p50_ms for r in results), p99_ms=max(r.p99_ms for r in results),
+                errors=sum(r.errors for r in results), rpcs=sum(r.rpcs for r in results), rpc_detail=detail)
+            show(name, res)
+            out(f"  {'':<30} rounds: " + ", ".join(f"{r.rps:.0f} req/s p99 {r.p99_ms:.1f} ms" for r in results))
 
     try:
         tower = Tower(settings, users_config=True)
@@ -337,8 +361,7 @@ def main() -> None:
                 # Warm up (first renders, the refresh worker's imports) so the token row, measured
                 # first, does not pay for them.
                 measure(tower_url, tower.headers, args.clients, min(args.duration, 3.0), use_wrk)
-                run(route, "slurmtower, token", tower_url, tower.headers)
-                run(route, "slurmtower, no token", tower_url, anonymous)
+                run_pair(route, tower_url, {"slurmtower, token": tower.headers, "slurmtower, no token": anonymous})
                 run(route, "slurmrestd", rest_url, rest_headers)
             out(f"  {tower.background()}")
         finally:
