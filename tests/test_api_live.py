@@ -305,3 +305,13 @@ def test_slurmctld_stopped_gives_503_or_stale_within_the_bound(devcluster: DevCl
             devcluster.up()
         wait_for(lambda: strict.get("/nodes").status_code == 200, 30, 0.5, what="/nodes to recover")
         wait_for(lambda: lenient.get("/nodes").json()["stale"] is False, 30, 0.5, what="fresh data")
+
+
+def test_openapi_documents_the_live_filters(settings: Settings) -> None:
+    with api_for(settings) as http:
+        doc = http.get("/openapi.json").json()
+    for path, names in (("/queue", {"user", "account", "partition", "state", "name", "nodes", "limit", "cursor"}),
+                        ("/nodes", {"state", "partition", "nodes", "limit", "cursor"})):
+        params = {p["name"] for p in doc["paths"][path]["get"]["parameters"] if p["in"] == "query"}
+        assert params == names, path
+        assert "400" in doc["paths"][path]["get"]["responses"]
