@@ -26,6 +26,7 @@ from slurmtower.models import (
 )
 from slurmtower.models.table import JobTable, QueueDelta
 from slurmtower.nodeset import NodeSet
+from slurmtower.slurm.adapters._queue import QUEUE_JOB_FIELDS
 
 __all__ = [
     "NODE_STATES_SETTABLE",
@@ -57,13 +58,7 @@ NODE_UPDATE_FIELDS: dict[str, str] = {
 
 #: The :class:`Job` fields :meth:`SlurmClient.queue` fills (squeue's text form, see
 #: :func:`slurmtower.slurm.adapters.parse_queue_line`); the others need :meth:`SlurmClient.jobs`.
-QUEUE_TEXT_FIELDS = frozenset({
-    "job_id", "array_job_id", "array_task_id", "array_task_str", "het_job_id", "name", "user_name", "user_id",
-    "group_name", "group_id", "account", "partition", "qos", "state", "state_flags", "state_reason", "nodes",
-    "node_count", "cpus", "tasks", "memory_mib", "time_limit", "submit_time", "eligible_time", "start_time",
-    "end_time", "batch_host", "work_dir", "command", "comment", "priority", "reservation", "dependency",
-    "standard_output", "standard_error", "cluster",
-})
+QUEUE_TEXT_FIELDS = QUEUE_JOB_FIELDS
 
 #: strigger events slurmtower can arm (the seed's list plus job events).
 TRIGGER_EVENTS = ("burst_buffer", "drained", "down", "fail", "up", "idle", "reconfig", "fini", "time")

@@ -31,6 +31,8 @@ from slurmtower.slurm.adapters._json import (
 )
 from slurmtower.slurm.adapters._queue import (
     QUEUE_FIELDS,
+    QUEUE_JOB_FIELDS,
+    SEP,
     STATE_FIELDS,
     QueueRow,
     QueueRowParser,
@@ -61,6 +63,8 @@ from slurmtower.slurm.adapters._values import parse_duration, parse_text_time
 
 __all__ = [
     "QUEUE_FIELDS",
+    "QUEUE_JOB_FIELDS",
+    "SEP",
     "STATE_FIELDS",
     "QueueRow",
     "QueueRowParser",

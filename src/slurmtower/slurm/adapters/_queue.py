@@ -32,6 +32,7 @@ from slurmtower.slurm.adapters._values import memory_mib, parse_duration, parse_
 
 __all__ = [
     "QUEUE_FIELDS",
+    "QUEUE_JOB_FIELDS",
     "SEP",
     "STATE_FIELDS",
     "QueueRow",
@@ -57,6 +58,15 @@ QUEUE_FIELDS = (
     "WorkDir", "Command", "Comment", "PriorityLong", "Reservation", "Dependency", "STDOUT",
     "STDERR", "Cluster",
 )
+
+#: The :class:`Job` fields a queue row can fill; the others need the full record.
+QUEUE_JOB_FIELDS = frozenset({
+    "job_id", "array_job_id", "array_task_id", "array_task_str", "het_job_id", "name", "user_name", "user_id",
+    "group_id", "account", "partition", "qos", "state", "state_flags", "state_reason", "nodes", "node_count",
+    "cpus", "tasks", "memory_mib", "time_limit", "submit_time", "eligible_time", "start_time", "end_time",
+    "batch_host", "work_dir", "command", "comment", "priority", "reservation", "dependency", "standard_output",
+    "standard_error", "cluster",
+})
 
 #: ``sinfo -O`` fields of the node states the sensor compares.
 STATE_FIELDS = ("StateComplete", "NodeList", "Reason", "User", "TimeStamp")
@@ -90,61 +100,13 @@ def _tres_memory(tres: str) -> int | None:
 
 
 def parse_queue_line(line: str, *, tz: tzinfo | None = None) -> Job:
-    """One line of ``squeue -h -O <queue_format()>`` as a :class:`Job`.
+    """One line of ``squeue -h -O <queue_format()>`` as a :class:`Job` (the JSON
+    :class:`QueueRowParser` makes of it, read back).
 
     Raises:
         ValueError: the line does not hold :data:`QUEUE_FIELDS` (Slurm printed something else).
     """
-    f = line.split(SEP)
-    if len(f) < len(QUEUE_FIELDS):
-        raise ValueError(f"squeue printed {len(f)} fields where {len(QUEUE_FIELDS)} were asked: {line[:80]!r}")
-    (job_id, array_job, array_task, het, name, user, uid, gid, account, partition, qos, state,
-     reason, nodes, node_count, cpus, tasks, tres, limit, submit, eligible, start, end, batch_host,
-     work_dir, command, comment, priority, reservation, dependency, stdout, stderr, cluster) = f[:33]
-    task = text_or_none(array_task)
-    task_id = int(task) if task is not None and task.isdigit() else None
-    base, flags = parse_job_state(state)
-    try:
-        time_limit = parse_duration(limit)
-    except ValueError:
-        time_limit = None
-    return Job(
-        job_id=int(job_id),
-        array_job_id=_int(array_job) if task is not None else None,
-        array_task_id=task_id,
-        array_task_str=task if task is not None and task_id is None else None,
-        het_job_id=_int(het) or None,
-        name=name,
-        user_name=_intern(text_or_none(user)),
-        user_id=_int(uid),
-        group_id=_int(gid),
-        account=_intern(text_or_none(account)),
-        partition=_intern(text_or_none(partition)),
-        qos=_intern(text_or_none(qos)),
-        state=base,
-        state_flags=flags,
-        state_reason=_intern(text_or_none(reason)),
-        nodes=text_or_none(nodes),
-        node_count=_int(node_count),
-        cpus=_int(cpus),
-        tasks=_int(tasks),
-        memory_mib=_tres_memory(tres),
-        time_limit=time_limit,
-        submit_time=parse_text_time(submit, tz),
-        eligible_time=parse_text_time(eligible, tz),
-        start_time=parse_text_time(start, tz),
-        end_time=parse_text_time(end, tz),
-        batch_host=text_or_none(batch_host),
-        work_dir=text_or_none(work_dir),
-        command=text_or_none(command),
-        comment=text_or_none(comment),
-        priority=_int(priority),
-        reservation=text_or_none(reservation),
-        dependency=text_or_none(dependency),
-        standard_output=text_or_none(stdout),
-        standard_error=text_or_none(stderr),
-        cluster=_intern(text_or_none(cluster)),
-    )
+    return Job.model_validate_json(QueueRowParser(tz).row(line)[1])
 
 
 QueueRow = tuple[int, bytes, tuple[Any, ...]]
@@ -265,7 +227,7 @@ class QueueRowParser:
             "standard_error": text_or_none(stderr),
             "cluster": text_or_none(cluster),
         }
-        fragment = to_json({k: v for k, v in doc.items() if v is not None})
+        fragment = to_json({k: v for k, v in doc.items() if v is not None})  # keys: QUEUE_JOB_FIELDS
         return (doc["job_id"], fragment,
                 (user_name, account_name, partition_name, base, doc["name"], self._node_set(node_list),
                  hash(line)))
