@@ -10,6 +10,7 @@ import pytest
 from slurmtower.devcluster import DevCluster
 from slurmtower.events.transitions import NodeSnapshot
 from slurmtower.models.event import NODE_STATE, SENSOR_DOWN, SENSOR_TRIGGERED, SENSOR_UP, Event
+from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 
 from .conftest import sh, wait_for
@@ -165,3 +166,33 @@ def test_sigkilled_sensor_reconciles_every_node_without_duplicates(
     ups = sensor.events(types=[SENSOR_UP])
     assert [e.payload["uuid"] for e in ups] == [first_uuid, second_uuid]
     assert sensor.events(types=[SENSOR_DOWN]) == []  # SIGKILL: no clean stop was recorded
+
+
+def test_an_unchanged_poll_does_not_touch_the_store(settings: Settings, client: CliSlurmClient,
+                                                    clean_nodes: object) -> None:
+    """The poll at 5,000 nodes is one `sinfo -O` and, when Slurm prints what was recorded
+    last time, no store transaction at all; a change is still recorded by the next poll."""
+    from slurmtower.events.sensor import Sensor
+    from slurmtower.events.store import EventStore
+
+    store = EventStore(f"sqlite:///{settings.state_dir / 'poll.db'}")
+    sensor = Sensor(settings, client, store, arm_triggers=False)
+    calls: list[object] = []
+    record = store.record_snapshot
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return record(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.record_snapshot = counting  # type: ignore[method-assign]
+    try:
+        sensor.start()
+        assert len(calls) == 1  # the start-up observation is always recorded
+        assert sensor.poll() == [] and sensor.poll() == []
+        assert len(calls) == 1
+        sh("scontrol", "update", "nodename=n4", "state=drain", "reason=poll test")
+        events = sensor.poll()
+        assert len(calls) == 2
+        assert [(e.node, "DRAIN" in e.payload["flags_added"]) for e in events] == [("n4", True)]
+    finally:
+        store.close()
