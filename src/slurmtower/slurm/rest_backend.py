@@ -294,6 +294,9 @@ class RestSlurmClient:
         return QueueDelta(keys=table.keys, rows=rows, full=True, seq=base + 1, base=base)
 
     def node_states(self) -> list[Node]:
+        # No update_time for nodes: 22.05's slurmrestd (v0.0.38) answers an unchanged
+        # /nodes?update_time= with a 500 "Unspecified error" (measured), which cannot be told
+        # from a real failure; the sensor reads nodes in full on this backend.
         return self.nodes()
 
     def job_ids(
