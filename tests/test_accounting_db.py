@@ -40,8 +40,8 @@ T = 1_795_990_000  # submit times are T + n seconds
 
 # -- the rows ------------------------------------------------------------------------------
 
-USERS = [("root", 3, 0), ("alice", 1, 0), ("bob", 2, 0), ("dave", 1, 0), ("carol", 1, 1)]
-"""(name, admin_level, deleted). dave has no passwd entry; carol was removed from slurmdbd."""
+USERS = [("root", 3, 0), ("alice", 1, 0), ("bob", 2, 0), ("ghost", 1, 0), ("carol", 1, 1)]
+"""(name, admin_level, deleted). ghost has no passwd entry; carol was removed from slurmdbd."""
 
 ASSOCS: list[dict[str, Any]] = [
     dict(id_assoc=1, user="", acct="root", parent_acct="", lft=1, rgt=20),
@@ -64,10 +64,10 @@ ASSOCS: list[dict[str, Any]] = [
     dict(id_assoc=6, user="bob", acct="chemistry", is_def=1, lft=3, rgt=4),
     dict(id_assoc=7, user="bob", acct="physics", lft=9, rgt=10, shares=5),
     dict(id_assoc=8, user="root", acct="physics", lft=7, rgt=8),
-    dict(id_assoc=9, user="dave", acct="physics", is_def=1, lft=14, rgt=15),
+    dict(id_assoc=9, user="ghost", acct="physics", is_def=1, lft=14, rgt=15),
     dict(id_assoc=10, user="carol", acct="physics", is_def=1, lft=16, rgt=17, deleted=1),
 ]
-UIDS = {"root": 0, "alice": 1001, "bob": 1002, "dave": 2001, "carol": 2002}
+UIDS = {"root": 0, "alice": 1001, "bob": 1002, "ghost": 2001, "carol": 2002}
 ASSOC_USER = {a["id_assoc"]: a["user"] for a in ASSOCS}
 GHOST_UID = 4242  # a deleted user: no passwd entry, association id 99 does not exist
 
@@ -138,7 +138,7 @@ JOBS: list[dict[str, Any]] = [
     _job(15, 14, "multi-hidden", 5, 0, f"debug,{HIDDEN}"),
     _job(16, 15, "multi-public", 7, 0, "batch,short"),
     _job(17, 16, "steps-bob", 7, 3, derived_ec=256, tres_alloc="1=2,2=4000,4=2,5=2,1001=1"),
-    _job(18, 17, "it's", 9, 3, "short"),  # dave, resolved through the association only
+    _job(18, 17, "it's", 9, 3, "short"),  # ghost, resolved through the association only
     _job(19, 18, "purged", 5, 3, deleted=1),
     _job(20, 19, "running-bob", 6, 1),
     *[_job(21 + i, 100 + i, f"bulk-{i % 3}", 5, 3 if i % 4 else 5, "batch") for i in range(45)],
@@ -338,10 +338,10 @@ def test_each_filter_selects_exactly_its_rows(db: AccountingDB, raw: str, pred: 
 
 
 def test_user_without_passwd_entry_is_found_through_its_association(db: AccountingDB) -> None:
-    if any(p.pw_name == "dave" for p in pwd.getpwall()):
-        pytest.skip("this host has a user dave")
-    jobs = history(db, "user=dave")
-    assert [(j.name, j.user_name, j.user_id) for j in jobs] == [("it's", "dave", 2001)]
+    if any(p.pw_name == "ghost" for p in pwd.getpwall()):
+        pytest.skip("this host has a user ghost")
+    jobs = history(db, "user=ghost")
+    assert [(j.name, j.user_name, j.user_id) for j in jobs] == [("it's", "ghost", 2001)]
 
 
 def test_unknown_user_gives_an_empty_page_not_an_error(db: AccountingDB) -> None:
@@ -613,7 +613,7 @@ def test_steps_for_jobs(db: AccountingDB) -> None:
 
 def test_users_with_associations_and_limits(db: AccountingDB) -> None:
     users = {u.name: u for u in db.users()}
-    assert set(users) == {"root", "alice", "bob", "dave"}  # carol is deleted
+    assert set(users) == {"root", "alice", "bob", "ghost"}  # carol is deleted
     alice = users["alice"]
     assert (alice.uid, alice.admin_level, alice.default_account) == (
         UIDS["alice"] if _has_passwd("alice") else None,

@@ -88,9 +88,11 @@ def sacct_jobs() -> SacctRows:
     records: list[dict[str, str]] = []
     for first in range(1, max_id + 3, 1000):
         want = ",".join(str(i) for i in range(first, min(first + 1000, max_id + 3)))
-        out = sh("sacct", "-a", "-X", "-D", "-n", "-P", "-o", ",".join(fields), "-j", want, timeout=120)
+        # A job name may hold "|": split on a character no name holds.
+        out = sh("sacct", "-a", "-X", "-D", "-n", "-P", "--delimiter=\x1f", "-o", ",".join(fields), "-j", want,
+                 timeout=120)
         for line in out.splitlines():
-            records.append(dict(zip(fields, line.split("|"), strict=True)))
+            records.append(dict(zip(fields, line.split("\x1f"), strict=True)))
     return SacctRows(records)
 
 
