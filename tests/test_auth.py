@@ -349,7 +349,7 @@ def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
         hops = _Hops(monkeypatch)
         assert api.get("/nodes", headers=bearer(token)).status_code == 200
         assert hops.threads == 1  # the fetch
-        jwks = api.app.state.slurmtower_auth[1].jwks  # type: ignore[attr-defined]
+        jwks = api.app.state.slurmtower_auth.verifier.jwks  # type: ignore[attr-defined]
         assert jwks.fetches == 1
         hops.reset()
         for _ in range(20):
@@ -403,3 +403,13 @@ def test_authenticate_other_hook_runs_in_a_thread_unless_async(
         assert api.get("/nodes", headers=bearer("plugin-token")).status_code == 200
         assert api.get("/nodes", headers=bearer("not-plugin")).status_code == 401
         assert hops.threads == (2 if kind == "function" else 0)
+
+
+def test_a_replaced_token_list_takes_effect(quiet_settings: Settings) -> None:
+    from slurmtower.settings import TokenEntry
+
+    with TestClient(create_app(quiet_settings)) as api:
+        assert api.get("/ui/whoami", headers=bearer(READER)).json()["name"] == "rita"
+        quiet_settings.auth.tokens = [TokenEntry(name="nina", role="reader", sha256=hash_token("stw_new"))]
+        assert api.get("/ui/whoami", headers=bearer("stw_new")).json()["name"] == "nina"
+        assert api.get("/ui/whoami", headers=bearer(READER)).status_code == 401

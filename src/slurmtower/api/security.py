@@ -52,7 +52,7 @@ import jwt
 from fastapi import Depends, Request
 
 from slurmtower.errors import AuthenticationError, PermissionDenied, SlurmtowerError
-from slurmtower.settings import AuthSettings
+from slurmtower.settings import AuthSettings, TokenEntry
 
 __all__ = [
     "ANONYMOUS",
@@ -156,8 +156,8 @@ class LoginLimiter:
 
     def retry_after(self, address: str) -> float:
         """Seconds until ``address`` may try again (0: it may now)."""
-        if self.per_minute <= 0:
-            return 0.0
+        if self.per_minute <= 0 or address not in self._failures:
+            return 0.0  # the common case, answered without the lock
         with self._lock:
             now = self._clock()
             times = self._recent(address, now)
@@ -302,19 +302,38 @@ def _looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2 and token.startswith("eyJ")
 
 
-def _state(request: Request) -> tuple[LoginLimiter, _JwtVerifier]:
-    """The app's limiter and JWT verifier, built on first use from the app's settings."""
+class _AuthState:
+    """One app's limiter, JWT verifier and table of static tokens."""
+
+    def __init__(self, auth: AuthSettings) -> None:
+        self.limiter = LoginLimiter(auth.login_failures_per_minute)
+        self.verifier = _JwtVerifier(auth)
+        self._auth = auth
+        self._entries: list[TokenEntry] | None = None
+        self._table: list[tuple[bytes, Principal]] = []
+
+    def tokens(self) -> list[tuple[bytes, Principal]]:
+        """(hex SHA-256, principal) per ``auth.tokens`` entry, rebuilt when the list is replaced."""
+        if self._entries is not self._auth.tokens:
+            self._table = [(e.sha256.lower().encode(), Principal(name=e.name, role=e.role))
+                           for e in self._auth.tokens]
+            self._entries = self._auth.tokens
+        return self._table
+
+
+def _state(request: Request) -> _AuthState:
+    """The app's auth state, built on first use from the app's settings."""
     app_state = request.app.state
-    found: tuple[LoginLimiter, _JwtVerifier] | None = getattr(app_state, "slurmtower_auth", None)
+    found: _AuthState | None = getattr(app_state, "slurmtower_auth", None)
     if found is None:
-        auth = request.app.state.services.settings.auth
-        found = (LoginLimiter(auth.login_failures_per_minute), _JwtVerifier(auth))
+        found = _AuthState(request.app.state.services.settings.auth)
         app_state.slurmtower_auth = found
     return found
 
 
 def _client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    client = request.scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _credential(request: Request) -> tuple[str, str] | None:
@@ -332,16 +351,16 @@ def _credential(request: Request) -> tuple[str, str] | None:
 
 
 async def _verify(request: Request, token: str) -> Principal:
-    settings = request.app.state.services.settings
-    digest = hash_token(token)
+    state = _state(request)
+    digest = hash_token(token).encode()
     match: Principal | None = None
     # Compare against every entry so the time taken does not tell which one matched.
-    for entry in settings.auth.tokens:
-        if hmac.compare_digest(entry.sha256.lower(), digest) and match is None:
-            match = Principal(name=entry.name, role=entry.role)
+    for expected, principal in state.tokens():
+        if hmac.compare_digest(expected, digest) and match is None:
+            match = principal
     if match is not None:
         return match
-    verifier = _state(request)[1]
+    verifier = state.verifier
     if verifier.enabled and _looks_like_jwt(token):
         return await verifier.verify(token)
     extra: Callable[[str], Any] | None = request.app.state.services.extras.get("authenticate_other")
@@ -386,7 +405,7 @@ async def _authenticate(request: Request) -> Principal:
     if credential is None:
         return ANONYMOUS
     token, where = credential
-    limiter = _state(request)[0]
+    limiter = _state(request).limiter
     wait = limiter.retry_after(address)
     if wait > 0:
         log.warning("refused login from %s: too many failures (retry in %.0f s)", address, wait)
