@@ -141,10 +141,16 @@ def plan(n: int, array_share: float, rng: random.Random) -> list[tuple[list[str]
     return out
 
 
+_FAILURES: list[str] = []
+
+
 def sbatch(env: dict[str, str], args: list[str]) -> int | None:
     argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]  # noqa: S108
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
     if proc.returncode != 0:
+        # e.g. a response timeout under load: slurmctld may have made the job all the same
+        # (cancel_leftovers finds it by name at the end)
+        _FAILURES.append(proc.stderr.strip())
         return None
     return int(proc.stdout.strip().split(";")[0])
 
@@ -643,7 +649,7 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
                                         max(args.duration, 2 * secs_r), 600)
                 n_rpc, ctld_s = rpc_delta(rpc0, rpc_times(env))
                 col[f"full {full} req/s: slurmtower vs slurmrestd"] = (
-                    f"{t_load.rps:,.0f} vs {r_load.rps:,.2f} ({fmt_ratio(t_load.rps, r_load.rps)}); "
+                    f"{t_load.rps:,.0f} vs {r_load.rps:.3g} ({fmt_ratio(t_load.rps, r_load.rps)}); "
                     f"p99 {t_load.p99_ms:,.0f} vs {r_load.p99_ms:,.0f} ms")
                 col[f"slurmrestd {rest_path.rsplit('/', 1)[1]}: RSS peak, controller ms/request"] = (
                     f"{rss_r.peak:,.0f} MiB, {1000 * ctld_s / max(1, r_load.requests):,.1f} ms "
@@ -764,6 +770,11 @@ def main() -> None:
     finally:
         log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
         cancel(queue.ids, env)
+        if _FAILURES:
+            log(f"  {len(_FAILURES)} sbatch calls failed, the first with: {_FAILURES[0]}")
+        leftovers = cancel_leftovers(env)  # jobs made by an sbatch that reported a failure
+        if leftovers:
+            log(f"  cancelled {leftovers} more jobs of the bench's names")
         if drained:
             resume(drained, env)
             if was_up:
