@@ -160,3 +160,18 @@ def test_node_counts_out_of_range_are_refused(nodes: int, port_base: int, messag
 
 def test_a_dir_never_brought_up_has_four_nodes(tmp_path: Path) -> None:
     assert DevCluster(root=tmp_path).node_count == 4
+
+
+def test_a_dir_names_its_cluster_and_ports_ahead_of_the_environment(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURMTOWER_DEVCLUSTER_NAME", "tower")
+    monkeypatch.setenv("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")
+    (tmp_path / "etc").mkdir()
+    # a dir brought up before etc/devcluster.json named them: its slurm.conf says
+    (tmp_path / "etc" / "slurm.conf").write_text("ClusterName=old\nSlurmctldPort=31917\n")
+    assert (DevCluster(root=tmp_path).cluster_name, DevCluster(root=tmp_path).port_base) == ("old", 31900)
+    (tmp_path / "etc" / "devcluster.json").write_text('{"nodes": 2000, "cluster_name": "lab", "port_base": 18000}')
+    lab = DevCluster(root=tmp_path)
+    assert (lab.cluster_name, lab.port_base, lab.node_count) == ("lab", 18000, 2000)
+    assert DevCluster(root=tmp_path, cluster_name="explicit", port_base=19000).cluster_name == "explicit"
+    assert DevCluster(root=tmp_path / "new").cluster_name == "tower"  # nothing saved: the environment

@@ -218,12 +218,25 @@ class DevCluster:
         return self._saved_node_count() or MIN_NODES
 
     def _saved(self) -> dict[str, object]:
-        """What ``up`` last wrote to etc/devcluster.json: nodes, cluster_name, port_base."""
+        """What ``up`` last wrote to etc/devcluster.json: nodes, cluster_name, port_base.
+
+        A dir brought up before that file named them is read from its slurm.conf instead.
+        """
         try:
             data = json.loads(self.lab_file.read_text())
         except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        if "cluster_name" not in data or "port_base" not in data:
+            try:
+                conf = dict(line.split("=", 1) for line in self.slurm_conf.read_text().splitlines()
+                            if line[:1].isalpha() and "=" in line and " " not in line.split("=", 1)[0])
+                data.setdefault("cluster_name", conf["ClusterName"].strip())
+                data.setdefault("port_base", int(conf["SlurmctldPort"]) - 17)
+            except (OSError, KeyError, ValueError):
+                pass
+        return data
 
     def _saved_node_count(self) -> int | None:
         count = self._saved().get("nodes")
