@@ -171,7 +171,7 @@ def test_concurrent_clients_share_one_slurm_query(settings: Settings) -> None:
     settings.archiver.archive_usage_load = False
     settings.events.sensor_enabled = False
     app = create_app(settings)
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         before = rpc_counts()
         with ThreadPoolExecutor(50) as pool:
@@ -191,7 +191,7 @@ def test_at_most_one_query_per_refresh_interval(settings: Settings) -> None:
     settings.archiver.archive_usage_load = False
     settings.events.sensor_enabled = False
     app = create_app(settings)
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         assert http.get("/queue").status_code == 200  # the first read (the worker has started)
         first = cache.queries["jobs"]

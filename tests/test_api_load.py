@@ -89,7 +89,7 @@ def test_failing_rounds_back_off_instead_of_spinning(settings: Settings, tmp_pat
     # A real failure: Slurm's commands are pointed at a config file that does not exist.
     settings.slurm.slurm_conf = tmp_path / "missing-slurm.conf"
     app = create_app(archiving(settings, 0.05))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         time.sleep(4)
         assert http.get("/load?time=60").json()["count"] == 0

@@ -60,7 +60,7 @@ def worker_pid(cache: SnapshotCache) -> int:
 
 def test_queue_is_read_by_the_worker_and_matches_squeue(settings: Settings, held: list[int]) -> None:
     app = create_app(configure(settings, interval=30))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         pid = worker_pid(cache)
         assert pid != os.getpid()
@@ -85,7 +85,7 @@ def test_queue_is_read_by_the_worker_and_matches_squeue(settings: Settings, held
 
 def test_etag_stays_while_the_queue_does_not_change(settings: Settings, held: list[int]) -> None:
     app = create_app(configure(settings, interval=0.3))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         worker_pid(cache)
         first = http.get("/queue")
@@ -102,7 +102,7 @@ def test_etag_stays_while_the_queue_does_not_change(settings: Settings, held: li
 def test_a_worker_dying_mid_round_fails_that_round_then_is_replaced(settings: Settings, held: list[int],
                                                                     serve_stale: bool) -> None:
     app = create_app(configure(settings, interval=0.5, stale=serve_stale))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         pid = worker_pid(cache)
         assert cache.worker is not None
@@ -135,7 +135,7 @@ def test_a_worker_dying_mid_round_fails_that_round_then_is_replaced(settings: Se
 
 def test_a_hung_worker_is_killed_and_the_round_fails(settings: Settings, held: list[int]) -> None:
     app = create_app(configure(settings, interval=0.5))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         pid = worker_pid(cache)
         assert cache.worker is not None
@@ -160,7 +160,7 @@ def test_a_hung_worker_is_killed_and_the_round_fails(settings: Settings, held: l
 def test_the_setting_off_keeps_the_refresh_in_process(settings: Settings, held: list[int]) -> None:
     settings.api.refresh_in_subprocess = False
     app = create_app(configure(settings, interval=30))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         assert cache.worker is None
         body = http.get("/queue").json()
@@ -173,7 +173,7 @@ def test_a_recycled_worker_goes_on_from_the_line_hashes(settings: Settings, held
     otherwise); the new one knows the lines by their hashes: it sends only what changed,
     and the answers still match squeue."""
     app = create_app(configure(settings, interval=0.3))
-    cache: SnapshotCache = app.state.services.extras["snapshots"]
+    cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         first = worker_pid(cache)
         assert {j["job_id"] for j in http.get("/queue").json()["jobs"]} >= set(held)

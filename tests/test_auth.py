@@ -396,7 +396,7 @@ def test_authenticate_other_hook_runs_in_a_thread_unless_async(
         return lookup(token)
 
     app = create_app(quiet_settings)
-    app.state.services.extras["authenticate_other"] = lookup if kind == "function" else async_lookup
+    app.state.services.authenticate_other = lookup if kind == "function" else async_lookup
     with TestClient(app) as api:
         _warm(api, "/nodes")
         hops = _Hops(monkeypatch)

@@ -82,7 +82,7 @@ def test_drain_shows_in_node_flags_and_cpu_split(api: TestClient, clean_nodes: o
 def test_jobs_events_and_rule_runs_are_counted(api: TestClient, clean_nodes: object) -> None:
     job = sh("sbatch", "--parsable", "--hold", "-p", "batch", "--wrap", "true").strip()
     try:
-        store = api.app.state.services.extras["event_store"]
+        store = api.app.state.services.event_store
         now = datetime.now(UTC)
         store.append([Event(type="slurm.node.state", time=now, source="poll", node="n1"),
                       Event(type="slurm.node.state", time=now, source="poll", node="n2"),

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slurmtower import __version__
 from slurmtower.api.services import Services
-from slurmtower.errors import SlurmtowerError
+from slurmtower.errors import ConfigError, SlurmtowerError
 from slurmtower.settings import Settings
 
 __all__ = ["ROUTE_MODULES", "create_app"]
@@ -84,6 +84,8 @@ def _route_modules(names: tuple[str, ...]) -> list[Any]:
         except ModuleNotFoundError as exc:
             if exc.name != f"slurmtower.api.routes.{name}":
                 raise
+            raise ConfigError(f"unknown route module {name!r} (known: {', '.join(ROUTE_MODULES)})",
+                              key="route_modules") from None
     return modules
 
 

@@ -596,7 +596,7 @@ async def services_of(request: Request) -> Services:
 def shared_cache(services: Services) -> SnapshotCache:
     """The process's cache (created on first use) with the Slurm resources registered:
     ``jobs``, ``nodes``, ``partitions``, ``stats``."""
-    cache: SnapshotCache | None = services.extras.get("snapshots")
+    cache = services.snapshots
     if cache is None:
         api = services.settings.api
         cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
@@ -608,7 +608,7 @@ def shared_cache(services: Services) -> SnapshotCache:
         cache.register("nodes", client.nodes)
         cache.register("partitions", client.partitions)
         cache.register("stats", client.stats)
-        services.extras["snapshots"] = cache
+        services.snapshots = cache
     return cache
 
 

@@ -12,7 +12,7 @@ Credentials, in the order they are tried:
    PEM public key) or the keys published at ``auth.jwt_jwks_url``; the role comes from the
    ``auth.jwt_role_claim`` claim (a string or a list: the highest known role wins) and the
    name from ``preferred_username``, ``name`` or ``sub``;
-3. an ``authenticate_other`` hook in ``Services.extras`` (tests, plugins): ``hook(token)``
+3. an ``authenticate_other`` hook in ``Services`` (tests, plugins): ``hook(token)``
    returns a :class:`Principal` or None; a plain function runs in a thread (it may look the
    token up in a database), a coroutine function on the event loop.
 
@@ -363,7 +363,7 @@ async def _verify(request: Request, token: str) -> Principal:
     verifier = state.verifier
     if verifier.enabled and _looks_like_jwt(token):
         return await verifier.verify(token)
-    extra: Callable[[str], Any] | None = request.app.state.services.extras.get("authenticate_other")
+    extra: Callable[[str], Any] | None = request.app.state.services.authenticate_other
     found: Principal | None = None
     if extra is not None:
         found = await extra(token) if inspect.iscoroutinefunction(extra) else await asyncio.to_thread(extra, token)

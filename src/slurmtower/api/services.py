@@ -1,7 +1,10 @@
 """The objects a running slurmtower shares between routes and background tasks.
 
-Built once at start-up from the settings (never at import). Routes get them through
-``Annotated[Services, Depends(get_services)]``.
+One typed container, built once at start-up from the settings (never at import): each
+service is an explicit field, set by the route module that owns it in its ``setup`` (a
+field left ``None`` is a part not configured). Routes get it through :data:`ServicesDep`.
+The periodic work is :attr:`Services.background`: each :class:`BackgroundTask` says whether
+it needs the deployment's leader.
 """
 
 from __future__ import annotations
@@ -11,14 +14,23 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from slurmtower.settings import Settings
 from slurmtower.slurm import SlurmClient, make_client
 
-__all__ = ["BackgroundTask", "Services", "get_services"]
+if TYPE_CHECKING:
+    from slurmtower.accounting import AccountingDB
+    from slurmtower.actions import Catalogue
+    from slurmtower.api.cache import SnapshotCache
+    from slurmtower.api.routes.load import LoadArchive
+    from slurmtower.api.routes.metrics import AppMetrics
+    from slurmtower.events import EventStore
+    from slurmtower.events.sensor import Sensor
+
+__all__ = ["BackgroundTask", "Services", "ServicesDep", "get_services"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,8 @@ class BackgroundTask:
     run: Callable[[], Awaitable[float]]
     max_backoff: float = 300.0
     on_stop: Callable[[], Awaitable[None]] | None = None
+    needs_leader: bool = True
+    """Runs once per deployment (sensor, archiver, rules, purge), not once per process."""
     _task: asyncio.Task[None] | None = None
 
     async def _loop(self) -> None:
@@ -66,22 +80,48 @@ class BackgroundTask:
 
 @dataclass
 class Services:
+    """What one slurmtower process runs on. Route modules set their part in ``setup``."""
+
     settings: Settings
     client: SlurmClient
+    client_from_settings: bool = False
+    """The client is the one these settings make (a refresh worker may build its twin)."""
     background: list[BackgroundTask] = field(default_factory=list)
-    #: Optional parts, set by their modules' ``setup(services)`` hooks.
-    extras: dict[str, Any] = field(default_factory=dict)
+    snapshots: SnapshotCache | None = None
+    """The live snapshot cache (``api.cache.shared_cache``)."""
+    metrics: AppMetrics | None = None
+    accounting: AccountingDB | None = None
+    event_store: EventStore | None = None
+    sensor: Sensor | None = None
+    sensor_external: bool = False
+    """The sensor runs elsewhere (``slurmtower sensor``): don't start it here."""
+    load_archive: LoadArchive | None = None
+    catalogue: Catalogue | None = None
+    """The action catalogue: the API's and the rule engine's (one store, one accounting)."""
+    authenticate_other: Callable[[str], Any] | None = None
+    """A hook for other credentials (tests, plugins): ``hook(token)`` -> principal or None."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
         from slurmtower.api.metrics_hook import slurm_call_observer
 
-        services = cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]))
-        # The client is the one these settings make (a refresh worker may build its twin).
-        services.extras["client_from_settings"] = True
-        return services
+        return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
+                   client_from_settings=True)
+
+    def action_catalogue(self) -> Catalogue:
+        """The action catalogue, built on first use and shared by the routes and the rules."""
+        if self.catalogue is None:
+            from slurmtower.actions import ActionStore, Catalogue
+
+            self.catalogue = Catalogue.from_settings(
+                self.settings, client=self.client, store=ActionStore(self.settings.effective_store_url()))
+        return self.catalogue
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """The app's :class:`Services` (an async dependency: a sync one costs a thread hop)."""
     services: Services = request.app.state.services
     return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

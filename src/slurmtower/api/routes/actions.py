@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from slurmtower.actions import ActionStore, AuditRecord, Catalogue, Envelope, rule_dispatcher
+from slurmtower.actions import AuditRecord, Catalogue, Envelope
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.api.services import Services, get_services
 from slurmtower.errors import PermissionDenied
@@ -34,27 +34,17 @@ class AuditPage(BaseModel):
 
 
 def setup(services: Services, _app: Any = None) -> None:
-    """Build the catalogue once and share it (the rules engine takes ``action_dispatcher``)."""
-    if "actions" in services.extras:
-        return
-    catalogue = Catalogue.from_settings(
-        services.settings, client=services.client, store=ActionStore(services.settings.effective_store_url())
-    )
-    services.extras["actions"] = catalogue
-    services.extras["action_dispatcher"] = rule_dispatcher(catalogue)
+    """Build the catalogue (once: the rule engine shares it)."""
+    services.action_catalogue()
 
 
 async def shutdown(services: Services) -> None:
-    catalogue = services.extras.get("actions")
-    if isinstance(catalogue, Catalogue):
-        catalogue.store.close()
+    if services.catalogue is not None:
+        services.catalogue.store.close()
 
 
 def _catalogue(services: Services) -> Catalogue:
-    if "actions" not in services.extras:
-        setup(services)
-    catalogue: Catalogue = services.extras["actions"]
-    return catalogue
+    return services.action_catalogue()
 
 
 @router.get("/actions", dependencies=[require(Perm.READ)])

@@ -60,6 +60,21 @@ def _catalogue_dispatcher(settings: Settings, client: SlurmClient) -> Any:
     return rule_dispatcher(Catalogue.from_settings(settings, client=client))
 
 
+class _LazyDispatcher:
+    """The process's catalogue as the rule engine's dispatcher, built on the first rule run."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._dispatch: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._dispatch is None:
+            from slurmtower.actions import rule_dispatcher
+
+            self._dispatch = rule_dispatcher(self._services.action_catalogue())
+        return self._dispatch(*args, **kwargs)
+
+
 def build_rule_engine(
     settings: Settings, store: EventStore, client: SlurmClient, *, dispatcher: Any = None
 ) -> Any:
@@ -131,33 +146,31 @@ def sensor_task(sensor: Sensor) -> BackgroundTask:
 def setup(services: Services, _app: FastAPI | None = None) -> None:
     """Open the store, build the sensor and run it in the background (``events.sensor_enabled``)."""
     settings = services.settings
-    store = services.extras.get("event_store")
+    store = services.event_store
     if store is None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-        store = EventStore(settings.effective_store_url())
-        services.extras["event_store"] = store
-    sensor = services.extras.get("sensor")
+        store = services.event_store = EventStore(settings.effective_store_url())
+    sensor = services.sensor
     if sensor is None:
-        sensor = build_sensor(settings, services.client, store,
-                              dispatcher=services.extras.get("rule_dispatcher"))
-        services.extras["sensor"] = sensor
-    if settings.events.sensor_enabled and not services.extras.get("sensor_external"):
+        # Rules act through the process's one catalogue (its store, its accounting reader),
+        # built lazily: a sensor without rules never builds it.
+        dispatcher = _LazyDispatcher(services) if settings.events.rules_dir is not None else None
+        sensor = services.sensor = build_sensor(settings, services.client, store, dispatcher=dispatcher)
+    if settings.events.sensor_enabled and not services.sensor_external:
         services.background.append(sensor_task(sensor))
 
 
 def _store(services: Services) -> EventStore:
-    store = services.extras.get("event_store")
+    store = services.event_store
     if store is None:
         raise ConfigError("the event store is not configured")
-    assert isinstance(store, EventStore)
     return store
 
 
 def _sensor(services: Services) -> Sensor:
-    sensor = services.extras.get("sensor")
+    sensor = services.sensor
     if sensor is None:
         raise ConfigError("the sensor is not configured")
-    assert isinstance(sensor, Sensor)
     return sensor
 
 

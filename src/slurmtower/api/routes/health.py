@@ -35,7 +35,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
         checks["slurmctld"] = False
         checks["slurmctld_error"] = str(exc)
-    accounting = services.extras.get("accounting")
+    accounting = services.accounting
     if accounting is not None:
         try:
             await asyncio.wait_for(asyncio.to_thread(accounting.ping), 10)

@@ -43,12 +43,12 @@ def setup(services: Services, _app: FastAPI) -> None:
     # Building the engine does not connect; a missing cluster name is resolved on first use.
     settings = services.settings
     if settings.accounting.url is not None and (settings.accounting.cluster or settings.cluster_name):
-        services.extras["accounting"] = AccountingDB.from_settings(settings)
+        services.accounting = AccountingDB.from_settings(settings)
 
 
 async def shutdown(services: Services) -> None:
-    db = services.extras.get("accounting")
-    if isinstance(db, AccountingDB):
+    db = services.accounting
+    if db is not None:
         await asyncio.to_thread(db.close)
 
 
@@ -57,15 +57,15 @@ def accounting_db(services: Services) -> AccountingDB:
 
     Raises :class:`AccountingUnavailable` when no database is configured.
     """
-    db = services.extras.get("accounting")
-    if isinstance(db, AccountingDB):
+    db = services.accounting
+    if db is not None:
         return db
     settings = services.settings
     if settings.accounting.url is None:
         raise AccountingUnavailable("no accounting database is configured (accounting.url)")
     with _lock:
-        db = services.extras.get("accounting")
-        if isinstance(db, AccountingDB):
+        db = services.accounting
+        if db is not None:
             return db
         cluster = (settings.accounting.cluster or settings.cluster_name
                    or services.client.config().cluster_name)
@@ -73,7 +73,7 @@ def accounting_db(services: Services) -> AccountingDB:
             db = AccountingDB.from_settings(settings.model_copy(update={"cluster_name": cluster}))
         except ConfigError as exc:
             raise AccountingUnavailable(f"accounting database not usable: {exc.message}") from exc
-        services.extras["accounting"] = db
+        services.accounting = db
         return db
 
 

@@ -278,7 +278,7 @@ def setup(services: Services, app: FastAPI) -> None:
 async def startup(services: Services) -> None:
     settings = services.settings
     # Only when the client is the one the settings make: the worker builds its own twin.
-    if settings.api.refresh_in_subprocess and services.extras.get("client_from_settings"):
+    if settings.api.refresh_in_subprocess and services.client_from_settings:
         worker = RefreshWorker(settings, report=slurm_call_observer,
                                timeout=max(60.0, 2 * settings.slurm.command_timeout))
         worker.start()

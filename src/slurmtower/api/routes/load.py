@@ -201,10 +201,9 @@ def take_sample(nodes: list[Node], jobs: JobTable, partitions: list[Partition], 
 
 
 def _archive(services: Services) -> LoadArchive:
-    archive: LoadArchive | None = services.extras.get("load_archive")
+    archive = services.load_archive
     if archive is None:
-        archive = LoadArchive.from_settings(services)
-        services.extras["load_archive"] = archive
+        archive = services.load_archive = LoadArchive.from_settings(services)
     return archive
 
 

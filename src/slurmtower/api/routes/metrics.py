@@ -207,7 +207,7 @@ class AppMetrics:
             if self.cluster.view is not None:
                 self.cluster.view = ClusterView(self.cluster.view.nodes, self.cluster.view.jobs,
                                                 self.cluster.view.fetched_at, stale=True)
-        cache = services.extras.get("snapshots")
+        cache = services.snapshots
         if cache is not None:
             self.cluster.cache_queries = Counter(cache.queries)
             self.cluster.refresh_interval = cache.interval
@@ -225,13 +225,7 @@ class AppMetrics:
 
 
 def _event_store(services: Services) -> Any:
-    from slurmtower.events import EventStore
-
-    for key in ("event_store", "events", "store"):
-        value = services.extras.get(key)
-        if isinstance(value, EventStore):
-            return value
-    return next((v for v in services.extras.values() if isinstance(v, EventStore)), None)
+    return services.event_store
 
 
 def _store_counts(store: Any) -> _StoreCounts:
@@ -283,7 +277,7 @@ class _RequestMetrics:
 
 def setup(services: Services, app: FastAPI) -> None:
     metrics = AppMetrics()
-    services.extras["metrics"] = metrics
+    services.metrics = metrics
     register_slurm_call_sink(metrics.slurm_call)
     app.add_middleware(_RequestMetrics, metrics=metrics)
 
@@ -292,7 +286,8 @@ def setup(services: Services, app: FastAPI) -> None:
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 async def metrics(request: Request, services: ServicesDep) -> Response:
     """Prometheus metrics: cluster gauges, event and rule-run counts, API and Slurm call latency."""
-    app_metrics: AppMetrics = services.extras["metrics"]
+    app_metrics = services.metrics
+    assert app_metrics is not None  # set by setup()
     await app_metrics.refresh(services)
     body = await asyncio.to_thread(generate_latest, app_metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
