@@ -315,7 +315,17 @@ def main() -> None:
     out(f"submitting {args.jobs} held jobs ...")
     t = time.monotonic()
     held = submit_held(args.jobs)
-    out(f"  done in {time.monotonic() - t:.1f} s; {queue_length()} jobs in the queue")
+    queued = queue_length()
+    out(f"  done in {time.monotonic() - t:.1f} s; {queued} jobs in the queue")
+    changed: list[str] = []
+
+    def check_queue(row: str) -> None:
+        # The devcluster is shared: a test suite starting meanwhile cancels every job.
+        now = queue_length()
+        if abs(now - queued) > max(2, queued // 100):
+            out(f"  WARNING: {now} jobs in the queue after '{row}', {queued} at the start: someone else "
+                "changed it, the /queue rows from here on do not measure the asked queue")
+            changed.append(row)
     rows: dict[tuple[str, str], Result] = {}
     sizes: dict[str, tuple[float, float]] = {}
 
@@ -326,6 +336,7 @@ def main() -> None:
     def run(route: str, name: str, url: str, headers: dict[str, str]) -> None:
         rows[route, name] = res = measure(url, headers, args.clients, args.duration, use_wrk)
         show(name, res)
+        check_queue(f"{route} {name}")
 
     def run_pair(route: str, url: str, variants: dict[str, dict[str, str]]) -> None:
         # The variants take turns in rounds, so the other work on the machine (it varies from
@@ -345,6 +356,7 @@ def main() -> None:
                 errors=sum(r.errors for r in results), rpcs=sum(r.rpcs for r in results), rpc_detail=detail)
             show(name, res)
             out(f"  {'':<30} rounds: " + ", ".join(f"{r.rps:.0f} req/s p99 {r.p99_ms:.1f} ms" for r in results))
+        check_queue(f"{route} {', '.join(variants)}")
 
     try:
         tower = Tower(settings, users_config=True)
@@ -406,6 +418,9 @@ def main() -> None:
         verdict = ", ".join(f"{k} {'ok' if v else 'MISS'}" for k, v in ok.items())
         out(f"- {route}: token x{thr:,.1f} slurmrestd; token/no token throughput {token_ratio:.3f}, p99 "
             f"{tok.p99_ms:.1f} vs {anon.p99_ms:.1f} ms; RPCs {tok.rpcs} vs slurmrestd {rest.rpcs} [{verdict}]")
+    if changed:
+        out(f"- WARNING: the queue changed during the run (first seen after '{changed[0]}'): run again on a "
+            "cluster nobody else is using")
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text("\n".join(out.lines) + "\n")
