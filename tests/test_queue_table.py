@@ -132,3 +132,28 @@ def test_an_unchanged_queue_gives_the_same_table_back(sample_jobs: dict[str, int
     third = client.job_table()
     assert third is second  # nothing changed between the two reads: no line parsed, same object
     assert second.keys == first.keys
+
+
+def test_a_delta_patches_changed_rows_and_merges_new_and_gone_jobs() -> None:
+    from slurmtower.models.table import QueueDelta
+
+    table = JobTable.from_jobs(_jobs())
+    cols = [table.columns[c] for c in JobTable._COLUMNS]
+    renamed = Job(job_id=2, user_name="bob", account="chemistry", partition="short,batch",
+                  state=JobState.RUNNING, name="b2", nodes="n3")
+    row2 = (renamed.model_dump_json(exclude_defaults=True).encode(),
+            ("bob", "chemistry", "short,batch", "RUNNING", "b2", frozenset({"n3"}), 7))
+    same = table.apply(QueueDelta(keys=table.keys, rows={2: row2}, seq=1, base=0))
+    assert same.keys == table.keys and [j.name for j in same.jobs()] == ["a", "b2", "a", "c"]
+    assert same.select(state={"RUNNING"}) == [0, 1] and table.select(state={"RUNNING"}) == [0]
+    new = Job(job_id=11, user_name="dave", account="astro", partition="gpu", state=JobState.PENDING, name="d")
+    row11 = (new.model_dump_json(exclude_defaults=True).encode(),
+             ("dave", "astro", "gpu", "PENDING", "d", frozenset(), 8))
+    merged = same.apply(QueueDelta(keys=(1, 2, 10, 11), rows={11: row11}, seq=2, base=1))
+    assert merged.keys == (1, 2, 10, 11)  # job 3 left, 11 came
+    assert [j.name for j in merged.jobs()] == ["a", "b2", "c", "d"]
+    assert merged.select(user={"alice"}) == [0]
+    assert table.apply(QueueDelta(keys=(), rows={}, unchanged=True)) is table
+    with pytest.raises(ValueError):
+        table.apply(QueueDelta(keys=(1, 99), rows={}))
+    assert cols == [table.columns[c] for c in JobTable._COLUMNS]  # the old table is untouched

@@ -160,7 +160,7 @@ class SnapshotCache:
         slurm_wait: float,
         serve_stale: bool = False,
         cpu_share: float = 0.25,
-        controller_share: float = 0.05,
+        controller_share: float = 0.03,
         max_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

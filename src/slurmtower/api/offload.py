@@ -152,10 +152,13 @@ def _pickled_error(exc: SlurmtowerError) -> bytes:
 
 #: resource -> (the client's last answer, as returned), to tell an unchanged answer.
 _last: dict[str, Any] = {}
-#: sdiag's average time (seconds) per RPC name, read at most every CONTROLLER_EVERY seconds.
+#: The recent average time (seconds) of each RPC type, from sdiag read at most every
+#: CONTROLLER_EVERY seconds: (count, total_time_us) deltas between two reads, since sdiag's
+#: own average runs from its last reset (midnight) and lags a queue that grew since.
 _rpc_seconds: dict[str, float] = {}
+_rpc_totals: dict[str, tuple[int, int]] = {}
 _rpc_read = [-1e9]
-CONTROLLER_EVERY = 30.0
+CONTROLLER_EVERY = 20.0
 
 
 def _controller_seconds(rpcs: tuple[str, ...]) -> float:
@@ -167,8 +170,15 @@ def _controller_seconds(rpcs: tuple[str, ...]) -> float:
             stats = _client.stats()
         except SlurmtowerError:
             return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
-        _rpc_seconds.clear()
-        _rpc_seconds.update({r.name: r.average_time_us / 1e6 for r in stats.rpcs_by_type if r.average_time_us})
+        for rpc in stats.rpcs_by_type:
+            if rpc.total_time_us is None:
+                continue
+            before = _rpc_totals.get(rpc.name)
+            _rpc_totals[rpc.name] = (rpc.count, rpc.total_time_us)
+            if before is not None and rpc.count > before[0] and rpc.total_time_us >= before[1]:
+                _rpc_seconds[rpc.name] = (rpc.total_time_us - before[1]) / (rpc.count - before[0]) / 1e6
+            elif rpc.name not in _rpc_seconds and rpc.average_time_us:
+                _rpc_seconds[rpc.name] = rpc.average_time_us / 1e6
     return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
 
 

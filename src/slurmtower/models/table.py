@@ -75,9 +75,10 @@ class _Table:
     def __hash__(self) -> int:
         return hash((type(self), self.keys))
 
-    def _values(self, column: str, row: int) -> Iterable[Any]:
-        """The values row ``row`` is indexed under in ``column`` (one by default)."""
-        return (self.columns[column][row],)
+    #: Columns whose values are sets (a row is indexed under each member).
+    _SET_COLUMNS: frozenset[str] = frozenset()
+    #: Columns whose values are comma-separated lists (``"batch,short"``: indexed under each).
+    _LIST_COLUMNS: frozenset[str] = frozenset()
 
     def index(self, column: str) -> dict[Any, list[int]]:
         """``value -> sorted row numbers`` for ``column``, built once per table."""
@@ -88,8 +89,17 @@ class _Table:
             found = self._indexes.get(column)
             if found is None:
                 found = {}
-                for row in range(len(self.keys)):
-                    for value in self._values(column, row):
+                values = self.columns[column]
+                if column in self._SET_COLUMNS:
+                    for row, members in enumerate(values):
+                        for value in members:
+                            found.setdefault(value, []).append(row)
+                elif column in self._LIST_COLUMNS:
+                    for row, value in enumerate(values):
+                        for part in (value.split(",") if value and "," in value else (value,)):
+                            found.setdefault(part, []).append(row)
+                else:
+                    for row, value in enumerate(values):
                         found.setdefault(value, []).append(row)
                 self._indexes[column] = found
         return found
@@ -170,6 +180,8 @@ class JobTable(_Table):
 
     __slots__ = ("_active",)
     _COLUMNS = ("user", "account", "partition", "state", "name", "nodes", "line")
+    _SET_COLUMNS = frozenset({"nodes"})
+    _LIST_COLUMNS = frozenset({"partition"})
 
     def __init__(self, keys: Sequence[int], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
@@ -200,16 +212,6 @@ class JobTable(_Table):
             },
         )
 
-    def _values(self, column: str, row: int) -> Iterable[Any]:
-        value: Any = self.columns[column][row]
-        if column == "nodes":
-            nodes: frozenset[str] = value
-            return nodes
-        if column == "partition" and value and "," in value:
-            parts: list[str] = value.split(",")
-            return parts
-        return (value,)
-
     @classmethod
     def from_rows(cls, keys: Sequence[int], rows: Sequence[tuple[bytes, tuple[Any, ...]]]) -> JobTable:
         """A table of ``rows`` (JSON, columns), ``keys`` their job ids in order."""
@@ -237,16 +239,29 @@ class JobTable(_Table):
             return self
         if delta.full:
             return JobTable.from_delta(delta)
+        if delta.keys == self.keys:
+            # The same jobs, a few rows changed (the usual refresh): copy the columns (C
+            # speed) and patch those rows, instead of a Python loop over 100,000.
+            frags = list(self.fragments)
+            cols = {c: list(self.columns[c]) for c in self._COLUMNS}
+            for key, (fragment, values) in delta.rows.items():
+                i = bisect.bisect_left(self.keys, key)
+                if i == len(self.keys) or self.keys[i] != key:
+                    raise ValueError(f"job {key} of the delta is not in the table")
+                frags[i] = fragment
+                for c, value in zip(self._COLUMNS, values, strict=True):
+                    cols[c][i] = value
+            return JobTable(self.keys, frags, cols)
         where = {k: i for i, k in enumerate(self.keys)}
-        cols = [self.columns[c] for c in self._COLUMNS]
+        old = [self.columns[c] for c in self._COLUMNS]
         out: list[tuple[bytes, tuple[Any, ...]]] = []
         for key in delta.keys:
             row = delta.rows.get(key)
             if row is None:
-                i = where.get(key)
-                if i is None:
+                at = where.get(key)
+                if at is None:
                     raise ValueError(f"job {key} is neither in the delta nor in the table")
-                row = (self.fragments[i], tuple(c[i] for c in cols))
+                row = (self.fragments[at], tuple(c[at] for c in old))
             out.append(row)
         return JobTable.from_rows(delta.keys, out)
 
@@ -313,6 +328,7 @@ class NodeTable(_Table):
 
     __slots__ = ("_models", "_positions")
     _COLUMNS = ("name", "state", "partition")
+    _SET_COLUMNS = frozenset({"state", "partition"})
 
     def __init__(self, keys: Sequence[str], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
@@ -357,13 +373,6 @@ class NodeTable(_Table):
     @staticmethod
     def sort_key(key: Any) -> Any:
         return node_sort_key(key)
-
-    def _values(self, column: str, row: int) -> Iterable[Any]:
-        value: Any = self.columns[column][row]
-        if column in ("state", "partition"):
-            members: frozenset[str] = value
-            return members
-        return (value,)
 
     def rows_of(self, names: Iterable[str]) -> list[int]:
         """Sorted row numbers of the nodes named (unknown names are skipped)."""
