@@ -12,8 +12,10 @@ the lines that changed.
 
 What the text form lacks against ``--json`` (documented in ``/queue``): exit codes of
 finished jobs still in slurmctld (22.05's ``squeue -O`` has no ``ExitCode``), the restart
-count, the submit line, the group's name (``group_id`` is there), and whether memory was asked
-per CPU or per node (``memory_mib`` is the job's TRES memory instead). ``slurm.job.get`` still reads the full record.
+count, the submit line, the group's name (``group_id`` is there), whether memory was asked
+per CPU or per node (``memory_mib`` is the job's TRES memory instead), and a completing job's
+base state (squeue prints ``COMPLETING`` in its place: the job's ``state`` is then
+COMPLETING). ``slurm.job.get`` still reads the full record.
 """
 
 from __future__ import annotations
