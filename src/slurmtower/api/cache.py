@@ -4,19 +4,20 @@ Every live read (``/queue``, ``/nodes``, ``/partitions``, ``/stats``, ``/usage``
 archiver) goes through one :class:`SnapshotCache`:
 
 * **single flight**: concurrent requests for one resource share one in-flight Slurm query;
-* **rate bound**: at most one Slurm query per resource per ``api.refresh_interval``, however
-  many clients poll (a failed query is not retried before the interval is over either);
+* **rate bound**: at most one Slurm query per resource per interval, however many clients
+  poll (a failed query is not retried before the interval is over either); the interval is
+  ``api.refresh_interval`` or longer when refreshing costs more than its CPU or slurmctld
+  share (:attr:`SnapshotCache.interval`);
 * **refresh ahead**: a snapshot past its interval (but younger than two) is still served while
   the one refreshing query runs, so in steady state no request waits for Slurm; data is then
   at most about two intervals old, and ``X-Data-Age`` says exactly how old;
 * **bounded wait**: a request waits at most ``api.slurm_wait`` seconds; then it gets a 503
   problem, or, with ``api.serve_stale``, the last snapshot marked ``"stale": true``;
 * **off the serving GIL** (``api.refresh_in_subprocess``): resources registered with
-  :meth:`SnapshotCache.offload` (the job queue) are read, parsed and rendered by a
-  :class:`~slurmtower.api.offload.RefreshWorker` process, so a big refresh no longer stalls
-  the event loop; the value is unpickled only when a reader of it (``/usage``, the
-  dashboard, the load archiver) asks, once per refresh. Without a running worker (no
-  lifespan, setting off) the round runs in a thread as before;
+  :meth:`SnapshotCache.offload` (the queue, the nodes) are read and parsed by a
+  :class:`~slurmtower.api.offload.RefreshWorker` process; the queue crosses as deltas (only
+  changed rows) applied here to a :class:`~slurmtower.models.table.JobTable`. Without a
+  running worker (no lifespan, setting off) the round runs in a thread;
 * **pre-serialized bytes**: each view of a snapshot is rendered to JSON and gzip once, and
   served with a weak ``ETag`` (``If-None-Match`` answers 304). Bodies carry ``fetched_at``
   and ``stale``; the ``X-Data-Age`` header (and ``Age``) give the age in seconds at the time
@@ -102,10 +103,6 @@ class Snapshot:
     error: str | None = None
     """Why this stale snapshot is served (the failure of the latest query)."""
 
-    async def load(self) -> Any:
-        """:attr:`value` (kept for async callers written against the lazily unpickled form)."""
-        return self.value
-
 
 @dataclass
 class _Entry:
@@ -173,8 +170,6 @@ class SnapshotCache:
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
         self._views: dict[str, _View] = {}
-        self._derived: dict[str, tuple[Any, Any]] = {}
-        self._derive_locks: dict[str, asyncio.Lock] = {}
         self._queries: OrderedDict[Hashable, tuple[Any, Rendered]] = OrderedDict()
         self._query_bytes = 0
         self._building: dict[Hashable, asyncio.Task[Rendered]] = {}
@@ -358,22 +353,6 @@ class SnapshotCache:
         if self.serve_stale and entry.snapshot is not None:
             return replace(entry.snapshot, stale=True, error=exc.message)
         raise exc
-
-    async def derive(self, name: str, snapshot: Snapshot, build: Callable[..., Any], *args: Any) -> Any:
-        """``build(snapshot.value, *args)``, computed once per snapshot (in a thread) and kept
-        until the next one: e.g. the indexed node table the ``/nodes`` filters read."""
-        key = (snapshot.resource, snapshot.generation, args)
-        found = self._derived.get(name)
-        if found is not None and found[0] == key:
-            return found[1]
-        lock = self._derive_locks.setdefault(name, asyncio.Lock())
-        async with lock:  # concurrent requests share one build
-            found = self._derived.get(name)
-            if found is not None and found[0] == key:
-                return found[1]
-            value = await asyncio.to_thread(build, snapshot.value, *args)
-            self._derived[name] = (key, value)
-            return value
 
     async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot], build: Callable[[], bytes]) -> Rendered:
         """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built
