@@ -20,6 +20,7 @@ Queries are written for slurmdbd's own indexes (research/perf-anchors.md):
 
 from __future__ import annotations
 
+import logging
 import pwd
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,16 +34,18 @@ from sqlalchemy import (
     create_engine,
     event,
     false,
+    inspect,
     literal,
     or_,
     select,
+    text,
 )
 from sqlalchemy.engine import Connection, Row, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from slurmtower.accounting.query import Cursor, HistoryQuery, parse_job_state
-from slurmtower.accounting.tables import AccountingTables, build_tables
+from slurmtower.accounting.tables import OPTIONAL_COLUMNS, AccountingTables, build_tables
 from slurmtower.errors import AccountingUnavailable, ConfigError, InvalidInput
 from slurmtower.models.accounting import (
     JOB_STATE_NAMES,
@@ -56,11 +59,22 @@ from slurmtower.models.accounting import (
 )
 from slurmtower.settings import AccountingSettings, Settings
 
-__all__ = ["FIND_JOBS_CRITERIA", "AccountingDB", "decode_wait_status", "parse_tres"]
+__all__ = ["FIND_JOBS_CRITERIA", "AccountingDB", "decode_wait_status", "parse_tres", "sluid_text"]
+
+log = logging.getLogger(__name__)
 
 _NO_VAL = 0xFFFFFFFE  # NO_VAL: "not set" in uint32 columns (e.g. id_array_task of a plain job)
 _INFINITE = 0xFFFFFFFF
 _JOB_STATE_BASE = 0xFF
+#: State flags slurmdbd keeps in a record that sacct prints instead of the base state, in the
+#: order Slurm's job_state_string() tests them (slurm.h's JOB_* bits): a run that ended by a
+#: requeue is REQUEUED (base PENDING, flag 1 << 10), not PENDING.
+_STATE_FLAG_NAMES: tuple[tuple[int, str], ...] = (
+    (1 << 15, "COMPLETING"), (1 << 23, "STAGE_OUT"), (1 << 14, "CONFIGURING"), (1 << 13, "RESIZING"),
+    (1 << 10, "REQUEUED"), (1 << 20, "REQUEUE_FED"), (1 << 11, "REQUEUE_HOLD"), (1 << 12, "SPECIAL_EXIT"),
+    (1 << 16, "STOPPED"), (1 << 19, "REVOKED"), (1 << 21, "RESV_DEL_HOLD"), (1 << 22, "SIGNALING"),
+)
+_STATE_NAME_FLAGS = sum(bit for bit, _name in _STATE_FLAG_NAMES)
 _TRES_DEFAULT = {
     1: "cpu",
     2: "mem",
@@ -89,13 +103,17 @@ FIND_JOBS_CRITERIA = (
 
 
 def decode_wait_status(status: int | None) -> tuple[int | None, int | None]:
-    """(return code, signal) from a raw wait status as slurmdbd stores it (768 -> (3, 0)).
+    """(return code, signal) from a raw wait status as slurmdbd stores it (768 -> (3, 0)),
+    as sacct prints them: a return code of 128 or more loses its 128 (a batch shell whose
+    child died of SIGTERM exits 143, which sacct shows as ``15:0``; every release's
+    ``sacct/print.c`` does so).
 
     Negative values (-2 for a NODE_FAIL batch step) and NO_VAL mean "no status": (None, None).
     """
     if status is None or status < 0 or status >= _NO_VAL:
         return None, None
-    return (status >> 8) & 0xFF, status & 0x7F
+    code = (status >> 8) & 0xFF
+    return (code - 128 if code >= 128 else code), status & 0x7F
 
 
 def parse_tres(text: str | None, names: Mapping[int, str] | None = None) -> dict[str, int]:
@@ -127,8 +145,19 @@ def _epoch(value: datetime) -> int:
 
 
 def _state_name(code: int) -> str:
+    """The state as sacct prints it: a flag's name where one is set, else the base state's."""
+    for bit, name in _STATE_FLAG_NAMES:
+        if code & bit:
+            return name
     base = code & _JOB_STATE_BASE
     return JOB_STATE_NAMES[base] if base < len(JOB_STATE_NAMES) else "UNKNOWN"
+
+
+def _max_rss(usage_max: str | None) -> int | None:
+    """The step's MaxRSS in bytes from its ``tres_usage_in_max`` (TRES id 2, mem); None when
+    no sample was recorded (an empty string, or no mem entry)."""
+    found = parse_tres(usage_max).get("mem")
+    return found if found else None
 
 
 def _nodes(nodelist: str | None) -> str | None:
@@ -157,6 +186,30 @@ def _partition_member(column: Any, name: str) -> ColumnElement[bool]:
     )
 
 
+# MariaDB/MySQL character sets and the Python codec holding the same characters (MariaDB's
+# latin1 is cp1252). utf8/utf8mb3 hold the Basic Multilingual Plane only.
+_CHARSET_CODECS = {"latin1": "cp1252", "ascii": "ascii", "utf8mb4": "utf-8", "utf8": "utf-8", "utf8mb3": "utf-8"}
+
+
+def _fits(charset: str | None, value: str) -> bool:
+    """Whether a column of ``charset`` can hold ``value`` (``None``: a column of unknown
+    character set, which holds any text a driver can send)."""
+    try:
+        value.encode("utf-8")  # no database stores a lone surrogate
+    except UnicodeEncodeError:
+        return False
+    if charset in ("utf8", "utf8mb3") and any(ord(c) > 0xFFFF for c in value):
+        return False
+    codec = _CHARSET_CODECS.get(charset or "")
+    if codec is None:
+        return True
+    try:
+        value.encode(codec)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _uid_of(name: str) -> int | None:
     try:
         return pwd.getpwnam(name).pw_uid
@@ -169,6 +222,18 @@ def _name_of(uid: int) -> str | None:
         return pwd.getpwuid(uid).pw_name
     except (KeyError, OverflowError):
         return None
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def sluid_text(value: int | str | None) -> str | None:
+    """slurmdbd's numeric sluid as Slurm prints it (``sacct -o SLUID``: ``s`` and 13 Crockford
+    base-32 digits, the top one holding the last 4 bits; ``sluid.c``'s ``print_sluid``)."""
+    if value is None or value == "" or int(value) == 0:
+        return None
+    number = int(value)
+    return "s" + "".join(_CROCKFORD[(number >> (5 * i)) & 0x1F] for i in range(12, -1, -1))
 
 
 class AccountingDB:
@@ -207,6 +272,8 @@ class AccountingDB:
         self.connect_timeout = connect_timeout
         self.query_timeout = query_timeout
         self._tres_names: dict[int, str] | None = None
+        self._charsets: dict[str, dict[str, str]] = {}
+        self._missing: frozenset[str] | None = None
         self.engine: Engine = self._make_engine(url)
 
     @classmethod
@@ -293,10 +360,12 @@ class AccountingDB:
             with self.engine.connect() as conn:
                 yield conn
         except SQLAlchemyError as exc:
+            # The database's own text (table names, SQL, collations) is for the server log only.
             orig = getattr(exc, "orig", None) or exc
             detail = str(orig).splitlines()[0][:300] if str(orig) else type(orig).__name__
+            log.warning("accounting database error (cluster %s): %s: %s", self.cluster, type(orig).__name__, detail)
             raise AccountingUnavailable(
-                f"accounting database error ({type(orig).__name__}): {detail}", cluster=self.cluster
+                "the accounting database failed the query (the server log has the details)", cluster=self.cluster
             ) from exc
 
     def close(self) -> None:
@@ -322,6 +391,44 @@ class AccountingDB:
                 pass  # a reader without access to tres_table still gets the built-in names
             self._tres_names = names
         return self._tres_names
+
+    def _base_state_is(self, code: int) -> ColumnElement[bool]:
+        """Rows sacct shows in base state ``code``: that base and none of the flags it would
+        name instead (state=0 is PENDING, not the REQUEUED record of an earlier run)."""
+        state = self.tables.job.c.state
+        return and_(state.op("&")(literal(_JOB_STATE_BASE)) == code,
+                    state.op("&")(literal(_STATE_NAME_FLAGS)) == 0)
+
+    def _job_columns(self, conn: Connection) -> list[Any]:
+        """The job table's columns this schema has: the release-specific ones (``sluid``,
+        26.05+) only where slurmdbd created them; looked up once."""
+        if self._missing is None:
+            optional = OPTIONAL_COLUMNS["job"]
+            try:
+                with conn.begin_nested():
+                    have = {c["name"] for c in inspect(conn).get_columns(self.tables.job.name)}
+            except SQLAlchemyError:
+                have = set()  # a reader that cannot inspect reads what every release has
+            self._missing = frozenset(optional - have)
+        return [c for c in self.tables.job.c if c.name not in self._missing]
+
+    def _holds(self, conn: Connection, column: Any, value: str) -> bool:
+        """Whether ``column`` can hold ``value``. A value it cannot hold equals no row; MariaDB
+        would refuse the comparison (``Illegal mix of collations``) rather than say so."""
+        table = column.table.name
+        charsets = self._charsets.get(table)
+        if charsets is None:
+            charsets = {}
+            if conn.dialect.name in ("mysql", "mariadb"):
+                stmt = text("SELECT column_name, character_set_name FROM information_schema.columns "
+                            "WHERE table_schema = DATABASE() AND table_name = :t AND character_set_name IS NOT NULL")
+                try:
+                    with conn.begin_nested():
+                        charsets = {str(r[0]): str(r[1]) for r in conn.execute(stmt, {"t": table})}
+                except SQLAlchemyError:
+                    log.warning("cannot read the character sets of %s; assuming they hold any text", table)
+            self._charsets[table] = charsets
+        return _fits(charsets.get(column.name), value)
 
     def _visible(self) -> list[ColumnElement[bool]]:
         job = self.tables.job
@@ -387,6 +494,7 @@ class AccountingDB:
                     end_time=_time(r.time_end),
                     work_dir=r.work_dir or None,
                     submit_line=r.submit_line or None,
+                    sluid=sluid_text(r._mapping.get("sluid")),
                 )
             )
         return out
@@ -417,6 +525,10 @@ class AccountingDB:
         if query.partition is not None and query.partition in self.hidden_partitions:
             return empty
         with self._conn() as conn:
+            texts = ((job.c.partition, query.partition), (job.c.account, query.account),
+                     (job.c.job_name, query.jobname), (self.tables.assoc.c.user, query.user))
+            if not all(self._holds(conn, col, value) for col, value in texts if value is not None):
+                return empty
             conds = self._visible()
             if query.user is not None:
                 user_cond = self._user_condition(conn, query.user)
@@ -432,7 +544,7 @@ class AccountingDB:
             if query.associd is not None:
                 conds.append(job.c.id_assoc == query.associd)
             if query.state is not None:
-                conds.append(job.c.state.op("&")(literal(_JOB_STATE_BASE)) == query.state)
+                conds.append(self._base_state_is(query.state))
             ops = {"=": "__eq__", ">": "__gt__", "<": "__lt__", ">=": "__ge__", "<=": "__le__"}
             for op, value in query.jobid:
                 conds.append(getattr(job.c.id_job, ops[op])(value))
@@ -451,7 +563,7 @@ class AccountingDB:
                 order = [job.c.job_db_inx.desc()]
                 if query.cursor is not None:
                     conds.append(job.c.job_db_inx < query.cursor.key[0])
-            stmt = select(*job.c).where(*conds).order_by(*order).limit(query.limit + 1)
+            stmt = select(*self._job_columns(conn)).where(*conds).order_by(*order).limit(query.limit + 1)
             if query.offset:
                 stmt = stmt.offset(query.offset)
             rows = conn.execute(stmt).all()
@@ -499,7 +611,8 @@ class AccountingDB:
                 conds: list[ColumnElement[bool]] = [job.c.id_job.in_(chunk)]
                 conds.extend(self._visible() if not include_hidden else [job.c.deleted == 0])
                 stmt = (
-                    select(*job.c).where(*conds).order_by(job.c.time_submit.desc(), job.c.job_db_inx.desc())
+                    select(*self._job_columns(conn)).where(*conds)
+                    .order_by(job.c.time_submit.desc(), job.c.job_db_inx.desc())
                 )
                 for hj in self._jobs(conn, conn.execute(stmt).all()):
                     out.setdefault(hj.job_id, []).append(hj)
@@ -550,6 +663,7 @@ class AccountingDB:
                             end_time=_time(r.time_end),
                             user_cpu_time=timedelta(seconds=r.user_sec or 0, microseconds=r.user_usec or 0),
                             system_cpu_time=timedelta(seconds=r.sys_sec or 0, microseconds=r.sys_usec or 0),
+                            max_rss_bytes=_max_rss(r.tres_usage_in_max),
                         )
                     )
         return out
@@ -561,6 +675,8 @@ class AccountingDB:
         """
         u, a = self.tables.user, self.tables.assoc
         with self._conn() as conn:
+            if name is not None and not (self._holds(conn, u.c.name, name) and self._holds(conn, a.c.user, name)):
+                return []
             user_stmt = select(u.c.name, u.c.admin_level).where(u.c.deleted == 0)
             assoc_stmt = select(*a.c).where(a.c.deleted == 0, a.c.user != "")
             if name is not None:
@@ -640,10 +756,12 @@ class AccountingDB:
             for key, value in criteria.items():
                 if key == "state":
                     code = value if type(value) is int else parse_job_state(str(value), param=key)
-                    conds.append(job.c.state.op("&")(literal(_JOB_STATE_BASE)) == code)
+                    conds.append(self._base_state_is(code))
                 elif key == "user":
                     if not isinstance(value, str):
                         raise InvalidInput("user must be a user name", param=key)
+                    if not self._holds(conn, self.tables.assoc.c.user, value):
+                        return []
                     user_cond = self._user_condition(conn, value)
                     conds.append(user_cond if user_cond is not None else false())
                 elif key in columns:
@@ -652,6 +770,10 @@ class AccountingDB:
                         raise InvalidInput(f"{key} must be an integer", param=key)
                     if not want_int and not isinstance(value, str):
                         raise InvalidInput(f"{key} must be a string", param=key)
+                    if want_int and not 0 <= value <= _INFINITE:
+                        return []  # the id columns are unsigned 32-bit: no row has this one
+                    if not want_int and not self._holds(conn, columns[key], value):
+                        return []
                     if key == "partition":
                         if not include_hidden and value in self.hidden_partitions:
                             return []

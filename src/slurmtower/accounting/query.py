@@ -139,7 +139,9 @@ class Cursor:
             or not data
             or data[0] not in orders
             or len(data) != orders[data[0]][1] + 1
-            or not all(type(v) is int and 0 <= v < 2**63 for v in data[1:])
+            # slurmdbd's job_db_inx is a bigint unsigned: from 26.05 on it is the run's sluid,
+            # e.g. 15913056731698157568, above 2**63
+            or not all(type(v) is int and 0 <= v < 2**64 for v in data[1:])
         ):
             raise InvalidInput("cursor is not a cursor from a previous page", param="cursor")
         return cls(order=orders[data[0]][0], key=tuple(data[1:]))
@@ -209,12 +211,14 @@ def _time(value: str, param: str) -> datetime:
         if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", text):
             return datetime.fromtimestamp(float(text), UTC)
         parsed = datetime.fromisoformat(text)
+        # Naive times are read as UTC: the API must not depend on the server's local zone.
+        # An offset can carry a time past year 9999 or before year 1 (OverflowError).
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except (ValueError, OverflowError, OSError) as exc:
         raise InvalidInput(
-            f"{param} must be an ISO 8601 time or Unix seconds, not {value!r}", param=param
+            f"{param} must be an ISO 8601 time (years 1-9999 in UTC) or Unix seconds, not {value[:60]!r}",
+            param=param,
         ) from exc
-    # Naive times are read as UTC: the API must not depend on the server's local zone.
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def parse_history_query(raw_query_string: str) -> HistoryQuery:
@@ -240,7 +244,8 @@ def parse_history_query(raw_query_string: str) -> HistoryQuery:
             raise InvalidInput(f"malformed filter {term[:80]!r}: expected name, operator, value", param=param)
         name, op, value = match.group(1), match.group(2), match.group(3)
         if name not in _EQUALITY_ONLY and name != "jobid":
-            raise InvalidInput(f"unknown filter {name!r}", param=name)
+            known = ", ".join(sorted(_EQUALITY_ONLY | {"jobid"}))
+            raise InvalidInput(f"unknown filter {name[:60]!r} (known: {known})", param=name[:60])
         if name in _EQUALITY_ONLY and op != "=":
             raise InvalidInput(f"filter {name!r} only allows '=', not {op!r}", param=name)
         if value == "":

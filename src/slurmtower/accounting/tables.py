@@ -18,7 +18,11 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, SmallInteger, Tabl
 
 from slurmtower.errors import ConfigError
 
-__all__ = ["AccountingTables", "build_tables"]
+__all__ = ["OPTIONAL_COLUMNS", "AccountingTables", "build_tables"]
+
+#: Columns only some releases' schemas have, by table role: read where the table has them.
+#: (23.11 also replaced the assoc table's ``lft``/``rgt`` by ``lineage``; neither is read.)
+OPTIONAL_COLUMNS: dict[str, frozenset[str]] = {"job": frozenset({"sluid"})}
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -82,6 +86,8 @@ def build_tables(
         Column("time_end", BigInteger),
         Column("work_dir", Text),
         Column("submit_line", Text),
+        # 26.05+ only (see OPTIONAL_COLUMNS): selected where the table has it
+        Column("sluid", Text),
         Column("tres_alloc", Text),
         Column("tres_req", Text),
     )
@@ -95,7 +101,6 @@ def build_tables(
         Column("acct", Text),
         Column("partition", Text),
         Column("parent_acct", Text),
-        Column("lft", Integer),
         Column("shares", Integer),
         Column("max_jobs", Integer),
         Column("max_jobs_accrue", Integer),
@@ -131,6 +136,8 @@ def build_tables(
         Column("sys_sec", BigInteger),
         Column("sys_usec", BigInteger),
         Column("tres_alloc", Text),
+        # the maxima of the step's tasks (sacct's MaxRSS is its TRES 2, mem, in bytes)
+        Column("tres_usage_in_max", Text),
     )
     user = Table(
         "user_table",

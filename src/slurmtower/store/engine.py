@@ -1,0 +1,94 @@
+"""slurmtower's own store: one way to open it, whatever keeps it.
+
+Events, the audit log, executions and the load archive live in one SQLAlchemy database
+(``settings.effective_store_url()``: SQLite under ``state_dir`` by default, any URL). The
+CLI, several API workers and the sensor write to it concurrently, so SQLite gets WAL, a
+busy timeout and ``BEGIN IMMEDIATE`` (a deferred transaction that later writes can
+deadlock against another writer; two workers racing for the archiver lease must not both
+read then write).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import StaticPool
+
+from slurmtower.errors import ConfigError
+
+#: How long a new connection waits for the store's lock (SQLite's busy timeout, seconds).
+_SQLITE_TIMEOUT = 30.0
+
+#: Execution options of a read-only transaction (SQLite: a deferred BEGIN, no write lock).
+READ_ONLY = {"slurmtower_read_only": True}
+
+__all__ = ["READ_ONLY", "make_store_engine"]
+
+
+def make_store_engine(url: str) -> Engine:
+    """An engine on slurmtower's own store. Raises :class:`ConfigError` for a bad URL."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigError(f"store_url is not a database URL: {exc}", key="store_url") from exc
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    memory = parsed.database in (None, "", ":memory:")
+    if not memory:
+        path = Path(str(parsed.database))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The store holds the callback key, the audit log and who did what: readable by
+        # its owner only (SQLite gives its -wal and -shm files the same mode).
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": _SQLITE_TIMEOUT}}
+    if memory:  # one shared connection, or every checkout would see a fresh empty database
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(parsed, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # SQLAlchemy's "begin" event below issues BEGIN itself (pysqlite's implicit BEGIN
+        # is deferred).
+        dbapi_conn.isolation_level = None
+        if not memory:
+            cur = dbapi_conn.cursor()
+            _set_wal(cur)
+            # one fsync per checkpoint, not per record: a crash may lose the last records,
+            # never corrupt the file
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A writer takes the write lock at once (two read-then-write transactions would
+        # deadlock otherwise); a reader marked READ_ONLY takes none.
+        read_only = conn.get_execution_options().get("slurmtower_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _set_wal(cur: sqlite3.Cursor) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting out other connections. On a new file, where
+    several processes open the store at once, SQLite answers "database is locked" at once,
+    without calling its busy handler, while another connection switches the mode."""
+    deadline = time.monotonic() + _SQLITE_TIMEOUT
+    delay = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)

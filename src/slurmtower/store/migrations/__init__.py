@@ -1,0 +1,1 @@
+"""Alembic migrations of slurmtower's own store (run by :mod:`slurmtower.store.migrate`)."""
