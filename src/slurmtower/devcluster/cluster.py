@@ -1,9 +1,17 @@
-"""A real local Slurm cluster for tests and demos: Debian's Slurm 22.05 on loopback.
+"""A real local Slurm cluster for tests and demos: Debian's Slurm 22.05 on loopback, or a
+Slurm installed under a prefix (``slurm_prefix``, e.g. ``/opt/slurm-26.05``) beside it.
 
 munged -> MariaDB -> slurmdbd -> slurmctld -> one slurmd per node (``slurmd -N nX``, each on
 its own port) -> accounts -> slurmrestd (JWT). Everything it writes lives under its own
 directory (default ``/var/lib/slurmtower/devcluster``); it never touches ``/etc/slurm``.
 It records which daemons it started, and :meth:`DevCluster.down` stops only those.
+
+On a prefix install (``--slurm-prefix``) the daemons and commands are the prefix's (``sbin/``,
+``bin/``); only munge and MariaDB come from Debian. What newer releases need on one host is
+written in: ``cgroup.conf`` with ``CgroupPlugin=disabled``, no ``NodeHostname`` (24.11+ refuses
+four nodes on one host name), no ``SwitchType`` (gone in 24.11), and the job credential signed
+without munge (``cred/none``) where the build has it, since munge rejects a credential replayed
+to the second slurmd of one host unless Slurm was built with ``--enable-multiple-slurmd``.
 
 The scale lab is the same cluster with ``nodes=N`` (4-5,000) node definitions: n1-n4 keep
 their slurmd and run jobs, n5-nN have none (Slurm shows them ``down*``, "Not responding",
@@ -23,6 +31,7 @@ import signal
 import socket
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,11 +123,33 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _read_pid(path: Path) -> int | None:
+    """The live daemon a pid file names: ``slurmd-n1.pid`` names a ``slurmd -N n1``,
+    ``slurmctld.pid`` a ``slurmctld`` and so on. A pid whose process is another program is
+    stale: pids are reused (32,768 of them wrap within minutes under a test run), and a
+    slurmd killed by ``fail_node`` must not look alive in a stranger's pid."""
     try:
         pid = int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if _pid_alive(pid) else None
+    return pid if _pid_alive(pid) and _runs(pid, path.name) else None
+
+
+def _runs(pid: int, pidfile: str) -> bool:
+    """Whether process ``pid`` is the daemon ``pidfile`` (``<program>[-<node>].pid``) is for."""
+    program, _, node = pidfile.removesuffix(".pid").partition("-")
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except PermissionError:
+        return True  # not ours to read: kill(0) said it lives
+    except OSError:
+        return False  # gone meanwhile
+    name = os.path.basename(argv[0].decode(errors="replace")).split(":")[0] if argv and argv[0] else ""
+    return name == program and (not node or node.encode() in argv)
+
+
+#: slurmtower.toml: ``devcluster up`` rewrites what is above this line and keeps what is below.
+USER_MARK = ("# -- your own settings below this line are kept by `devcluster up` (tokens: [[auth.tokens]];\n"
+             "# -- a generated key above is changed with SLURMTOWER_* variables instead) --\n")
 
 
 @dataclass
@@ -134,6 +165,9 @@ class DevCluster:
     log: Callable[[str], None] = print
     nodes: int | None = None
     """Node definitions (4-5,000); ``None``: the count this cluster's dir was brought up with, else 4."""
+    slurm_prefix: Path | None = None
+    """Where the Slurm it runs is installed (``<prefix>/sbin/slurmctld`` ...); ``None``: as this
+    dir was brought up with, else Debian's packages (``/usr``)."""
 
     def __post_init__(self) -> None:
         # A dir's own record first: a shell that exported another cluster's env must not
@@ -149,6 +183,51 @@ class DevCluster:
                               else int(os.environ.get("SLURMTOWER_DEVCLUSTER_PORT_BASE", "26800")))
         if self.nodes is not None:
             self._check_node_count(self.nodes)
+        if self.slurm_prefix is None:
+            prefix = saved.get("slurm_prefix")
+            self.slurm_prefix = Path(prefix) if isinstance(prefix, str) and prefix else None
+        if self.slurm_prefix is not None:
+            self.slurm_prefix = Path(self.slurm_prefix)
+            if self.slurm_prefix == Path("/usr"):
+                self.slurm_prefix = None
+
+    # -- which Slurm --------------------------------------------------------------------
+    @property
+    def debian_slurm(self) -> bool:
+        """Debian's packaged Slurm (installed by ``up``), not a prefix install."""
+        return self.slurm_prefix is None
+
+    def sbin(self, name: str) -> str:
+        return str((self.slurm_prefix or Path("/usr")) / "sbin" / name)
+
+    def bin_dir(self) -> Path:
+        return (self.slurm_prefix or Path("/usr")) / "bin"
+
+    def _check_prefix(self) -> None:
+        if self.slurm_prefix is None:
+            return
+        needed = [Path(self.sbin(d)) for d in ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")]
+        needed += [self.bin_dir() / c for c in ("scontrol", "sinfo", "squeue", "sacct", "sacctmgr", "strigger")]
+        missing = [str(p) for p in needed if not p.exists()]
+        if missing:
+            raise DevClusterError(f"--slurm-prefix {self.slurm_prefix} is not a Slurm install: "
+                                  f"no {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+
+    def _plugin(self, name: str) -> bool:
+        """The prefix's Slurm has plugin ``name`` (e.g. ``cred_none``)."""
+        assert self.slurm_prefix is not None
+        return any((self.slurm_prefix / lib / "slurm" / f"{name}.so").exists() for lib in ("lib", "lib64"))
+
+    def _check_ports_free(self) -> None:
+        """Before starting anything: our controller's and slurmdbd's ports are ours or free. A
+        --dir given without its own name and port base would otherwise start daemons on
+        another cluster's ports and wait on that cluster's answers."""
+        for what, port, pidfile in (("slurmctld", self.ctld_port, "slurmctld.pid"),
+                                    ("slurmdbd", self.dbd_port, "slurmdbd.pid")):
+            if _read_pid(self.run_dir / pidfile) is None and _port_open(port):
+                raise DevClusterError(
+                    f"port {port} ({what} of cluster {self.cluster_name} in {self.root}) is taken, by "
+                    f"another cluster? Give this --dir its own SLURMTOWER_DEVCLUSTER_NAME and _PORT_BASE")
 
     def _check_node_count(self, count: int) -> None:
         if not MIN_NODES <= count <= MAX_NODES:
@@ -259,7 +338,12 @@ class DevCluster:
 
     @property
     def db_name(self) -> str:
-        return f"st_acct_{self.cluster_name}"
+        """The accounting database. A prefix install's carries its release: another release's
+        slurmdbd must never find (and upgrade, or refuse) this one's schema."""
+        if self.slurm_prefix is None:
+            return f"st_acct_{self.cluster_name}"
+        tag = "".join(ch for ch in self.slurm_prefix.name if ch.isalnum()).lower() or "prefix"
+        return f"st_acct_{self.cluster_name}_{tag}"[:64]
 
     @property
     def state_file(self) -> Path:
@@ -280,18 +364,30 @@ class DevCluster:
     def slurm_env(self) -> dict[str, str]:
         """A clean environment for the daemons (it leaks into trigger programs)."""
         return {
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{self._path_head()}/usr/sbin:/usr/bin:/sbin:/bin",
             "SLURM_CONF": str(self.slurm_conf),
             "LANG": "C.UTF-8",
         }
 
+    def _path_head(self) -> str:
+        """PATH entries before the system's: the prefix's commands (a job's srun must be the
+        controller's release: 22.05's against 26.05 fails "Incompatible versions")."""
+        if self.slurm_prefix is None:
+            return ""
+        return f"{self.slurm_prefix}/bin:{self.slurm_prefix}/sbin:"
+
     def _cmd(self) -> CommandRunner:
-        return CommandRunner(timeout=self.runner.timeout, env={"SLURM_CONF": str(self.slurm_conf)})
+        env = {"SLURM_CONF": str(self.slurm_conf)}
+        if self.slurm_prefix is not None:
+            env["PATH"] = f"{self._path_head()}{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return CommandRunner(timeout=self.runner.timeout, env=env)
 
     # -- public -----------------------------------------------------------------------
     def env_exports(self) -> str:
         """Shell exports that point Slurm's commands and slurmtower at this cluster."""
+        path = f"export PATH={self._path_head()}$PATH\n" if self.slurm_prefix is not None else ""
         return (
+            path +
             f"export SLURM_CONF={self.slurm_conf}\n"
             f"export SLURMTOWER_CONFIG={self.tower_conf}\n"
             f"export SLURMTOWER_DEVCLUSTER_DIR={self.root}\n"
@@ -310,7 +406,7 @@ class DevCluster:
         env = dict(os.environ if base is None else base)
         for line in self.env_exports().splitlines():
             key, _, value = line.removeprefix("export ").partition("=")
-            env[key] = value
+            env[key] = value.replace("$PATH", env.get("PATH", "/usr/bin:/bin"))
         return env
 
     def cancel_jobs(self) -> None:
@@ -340,12 +436,24 @@ class DevCluster:
             return False
         return "UP" in out
 
+    def _accounting_alive(self) -> bool:
+        """slurmdbd runs and its MariaDB answers (either may die while slurmctld stays up)."""
+        if _read_pid(self.run_dir / "slurmdbd.pid") is None:
+            return False
+        if self._state().get("own_mariadb"):
+            return _read_pid(self.run_dir / "mariadbd.pid") is not None and _port_open(self.own_mariadb_port)
+        return self._system_mariadb_alive()
+
     def up(self, *, fresh: bool = False, own_mariadb: bool = False) -> float:
         """Bring the cluster up (idempotent). Returns the seconds it took."""
         t0 = time.monotonic()
         if os.geteuid() != 0:
             raise DevClusterError("devcluster up must run as root (it starts Slurm's daemons)")
+        if not fresh and self._state().get("own_mariadb"):
+            own_mariadb = True  # a cluster started on its own MariaDB keeps it (and stops it at down)
+        self._check_prefix()
         self.install_packages(own_mariadb=own_mariadb)
+        self.upgrade_store()
         saved = self._saved_node_count() or MIN_NODES
         if self.node_count != saved and self.is_up():
             # Node definitions change only with a restart of slurmctld (and its slurmds).
@@ -357,9 +465,10 @@ class DevCluster:
             self._wipe()
         elif self.is_up() and all(
             _read_pid(self.run_dir / f"slurmd-{n}.pid") for n in NODES
-        ) and self._rest_alive():
+        ) and self._rest_alive() and self._accounting_alive():
             self.log(f"devcluster {self.cluster_name} already up ({time.monotonic() - t0:.2f} s)")
             return time.monotonic() - t0
+        self._check_ports_free()
         self._prepare(own_mariadb=own_mariadb)
         self._start_munge()
         self._start_mariadb(own=own_mariadb)
@@ -372,6 +481,29 @@ class DevCluster:
         took = time.monotonic() - t0
         self.log(f"devcluster {self.cluster_name} up in {took:.1f} s ({self.node_count} nodes): {self.slurm_conf}")
         return took
+
+    def upgrade_store(self) -> None:
+        """Bring the devcluster's own slurmtower store (SQLite under its dir) to this
+        slurmtower's schema: a store made by an older checkout would refuse to open. Another
+        store (``store_url`` set by the user in slurmtower.toml) is left to ``slurmtower db upgrade``."""
+        if not self.tower_conf.exists():
+            return
+        from slurmtower.settings import load_settings
+        from slurmtower.store.engine import make_store_engine
+        from slurmtower.store.migrate import upgrade
+
+        url = load_settings(self.tower_conf, environ={}).effective_store_url()
+        db = self.root / "slurmtower" / "slurmtower.db"
+        if url != f"sqlite:///{db}" or not db.exists():
+            return
+        engine = make_store_engine(url)
+        try:
+            before, after = upgrade(engine)
+        finally:
+            engine.dispose()
+        if before != after:
+            self.log(f"devcluster {self.cluster_name}: its slurmtower store upgraded from {before.revision} "
+                     f"to {after.revision}")
 
     def down(self) -> None:
         """Stop the daemons this devcluster started, newest first."""
@@ -417,6 +549,7 @@ class DevCluster:
             "daemons": daemons,
             "nodes": nodes,
             "slurmrestd": f"http://127.0.0.1:{self.rest_port}",
+            "slurm_prefix": str(self.slurm_prefix) if self.slurm_prefix else None,
         }
 
     def fail_node(self, node: str) -> None:
@@ -433,7 +566,7 @@ class DevCluster:
         self._check_node(node)
         if _read_pid(self.run_dir / f"slurmd-{node}.pid") is None:
             (self.run_dir / f"slurmd-{node}.pid").unlink(missing_ok=True)
-            self._spawn_daemon(["/usr/sbin/slurmd", "-N", node])
+            self._spawn_daemon([self.sbin("slurmd"), "-N", node])
             _wait(f"slurmd {node}", lambda: _port_open(self.node_port(node)), 10)
 
     def submit_sample_jobs(self) -> SampleJobs:
@@ -473,8 +606,9 @@ class DevCluster:
 
     # -- steps ------------------------------------------------------------------------
     def install_packages(self, *, own_mariadb: bool = False) -> None:
-        """apt-get install what is missing (never slurm-wlm-emulator)."""
-        wanted = list(PACKAGES)
+        """apt-get install what is missing (never slurm-wlm-emulator); on a prefix install only
+        munge (and MariaDB) come from Debian."""
+        wanted = list(PACKAGES) if self.slurm_prefix is None else ["munge"]
         if (own_mariadb or not self._system_mariadb_alive()) and not Path("/usr/sbin/mariadbd").exists():
             wanted += ["mariadb-server"]
         missing = [p for p in wanted if not self._installed(p)]
@@ -513,10 +647,11 @@ class DevCluster:
                 pwd.getpwnam(user)
             except KeyError:
                 self.runner.run(["useradd", "-m", "-s", "/bin/bash", user])
-        try:
-            pwd.getpwnam("slurmrestd")
-        except KeyError:
-            self.runner.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", "slurmrestd"])
+        for system_user in ("slurm", "slurmrestd"):  # Debian's slurm packages make "slurm"
+            try:
+                pwd.getpwnam(system_user)
+            except KeyError:
+                self.runner.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", system_user])
         slurm = pwd.getpwnam("slurm")
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)  # noqa: S103 - SlurmUser must traverse it
@@ -541,8 +676,11 @@ class DevCluster:
             secret_file.write_text(json.dumps({"slurm": secrets.token_hex(12), "reader": secrets.token_hex(12)}))
             os.chmod(secret_file, 0o600)
         self._save_state(own_mariadb=own_mariadb)
-        self.lab_file.write_text(json.dumps({"nodes": self.node_count, "cluster_name": self.cluster_name,
-                                             "port_base": self.port_base}) + "\n")
+        saved: dict[str, object] = {"nodes": self.node_count, "cluster_name": self.cluster_name,
+                                    "port_base": self.port_base}
+        if self.slurm_prefix is not None:
+            saved["slurm_prefix"] = str(self.slurm_prefix)
+        self.lab_file.write_text(json.dumps(saved) + "\n")
         self._write_configs(own_mariadb=own_mariadb)
 
     def _secrets(self) -> dict[str, str]:
@@ -565,7 +703,7 @@ SlurmdUser=root
 SlurmctldPort={self.ctld_port}
 SlurmdPort={self.port_base + 18}
 AuthType=auth/munge
-CredType=cred/munge
+CredType={self._cred_type()}
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key={self.jwt_key}
 StateSaveLocation={r}/state
@@ -582,7 +720,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 MpiDefault=none
-SwitchType=switch/none
+{"SwitchType=switch/none" if self.debian_slurm else "# SwitchType: no switch/none plugin since 24.11"}
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -604,7 +742,7 @@ AccountingStoragePort={self.dbd_port}
 AccountingStorageEnforce=associations
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
-NodeName=n[1-4] NodeAddr=127.0.0.1 NodeHostname=localhost Port={nodes_ports} CPUs=2 RealMemory=2000 \
+NodeName=n[1-4] NodeAddr=127.0.0.1 {self._hostname()}Port={nodes_ports} CPUs=2 RealMemory=2000 \
   State=UNKNOWN Feature=dev
 """
         slurm_conf += self._lab_conf() if self.is_lab else """\
@@ -634,6 +772,13 @@ StorageLoc={self.db_name}
 """
         self.slurm_conf.write_text(slurm_conf)
         os.chmod(self.slurm_conf, 0o644)
+        cgroup = self.etc / "cgroup.conf"
+        if self.debian_slurm:
+            cgroup.unlink(missing_ok=True)
+        else:
+            # 24.11+ slurmd always loads the cgroup plugin (default autodetect): not here.
+            cgroup.write_text("# Written by slurmtower devcluster\nCgroupPlugin=disabled\n")
+            os.chmod(cgroup, 0o644)
         dbd = self.etc / "slurmdbd.conf"
         dbd.write_text(dbd_conf)
         slurm = pwd.getpwnam("slurm")
@@ -645,6 +790,7 @@ state_dir = "{r}/slurmtower"
 
 [slurm]
 slurm_conf = "{self.slurm_conf}"
+{f'bin_dir = "{self.bin_dir()}"' if self.slurm_prefix is not None else ""}
 rest_url = "http://127.0.0.1:{self.rest_port}"
 rest_jwt_key_file = "{self.jwt_key}"
 
@@ -656,8 +802,42 @@ host = "127.0.0.1"
 port = {self.api_port}
 serve_index = true
 {self._token_entries()}"""
-        self.tower_conf.write_text(tower)
+        kept = self._user_settings(tower)
+        self.tower_conf.write_text(f"{tower}\n{USER_MARK}{kept}")
         os.chmod(self.tower_conf, 0o600)
+
+    def _cred_type(self) -> str:
+        if self.debian_slurm or not self._plugin("cred_none"):
+            return "cred/munge"
+        return "cred/none"
+
+    def _hostname(self) -> str:
+        # 22.05 needs NodeHostname=localhost for slurmd -N on one host; 24.11+ rejects a
+        # hostname shared by several nodes ("Duplicated NodeHostName") and needs none.
+        return "NodeHostname=localhost " if self.debian_slurm else ""
+
+    def _user_settings(self, generated: str) -> str:
+        """What a user added to slurmtower.toml, to keep when it is written again: the part
+        below :data:`USER_MARK`, or (a file from before the mark) every ``[[auth.tokens]]``
+        entry that ``up`` did not write itself."""
+        try:
+            existing = self.tower_conf.read_text()
+        except OSError:
+            return ""
+        if USER_MARK in existing:
+            return existing.split(USER_MARK, 1)[1]
+        try:
+            old = tomllib.loads(existing)
+            ours = {t["name"] for t in tomllib.loads(generated).get("auth", {}).get("tokens", [])}
+        except tomllib.TOMLDecodeError:
+            return ""
+        kept = []
+        for entry in old.get("auth", {}).get("tokens", []):
+            if entry.get("name") in ours:
+                continue
+            lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in entry.items())
+            kept.append(f"[[auth.tokens]]\n{lines}")
+        return "\n".join(kept)
 
     def _lab_conf(self) -> str:
         """The scale lab's nodes n5-nN (no slurmd), its partitions and its settings for a big queue."""
@@ -679,7 +859,7 @@ serve_index = true
             if first <= last:
                 ports = f"[{self.node_port(f'n{first}')}-{self.node_port(f'n{last}')}]" if first < last \
                     else str(self.node_port(f"n{first}"))
-                lines.append(f"NodeName={span(first, last)} NodeAddr=127.0.0.1 NodeHostname=localhost "
+                lines.append(f"NodeName={span(first, last)} NodeAddr=127.0.0.1 {self._hostname()}"
                              f"Port={ports} {hw} State=UNKNOWN")
         partitions = [
             ("debug", nodes(span(1, n)), "Default=YES MaxTime=INFINITE"),
@@ -820,18 +1000,18 @@ serve_index = true
 
     def _start_slurmdbd(self) -> None:
         if _read_pid(self.run_dir / "slurmdbd.pid") is None:
-            self._spawn_daemon(["/usr/sbin/slurmdbd"])
+            self._spawn_daemon([self.sbin("slurmdbd")])
         _wait("slurmdbd", lambda: _port_open(self.dbd_port), 30)
 
     def _start_slurmctld(self) -> None:
         if _read_pid(self.run_dir / "slurmctld.pid") is None:
-            self._spawn_daemon(["/usr/sbin/slurmctld"])
+            self._spawn_daemon([self.sbin("slurmctld")])
         _wait("slurmctld", lambda: "UP" in self._cmd().run(["scontrol", "ping"], timeout=5).stdout, 30, 0.2)
 
     def _start_slurmds(self) -> None:
         for n in NODES:
             if _read_pid(self.run_dir / f"slurmd-{n}.pid") is None:
-                self._spawn_daemon(["/usr/sbin/slurmd", "-N", n])
+                self._spawn_daemon([self.sbin("slurmd"), "-N", n])
 
     def _ensure_accounts(self) -> None:
         cmd = self._cmd()
@@ -858,7 +1038,7 @@ serve_index = true
         pid = _read_pid(self.run_dir / "slurmrestd.pid")
         if pid is not None:
             return pid
-        wanted = [b"/usr/sbin/slurmrestd", f"127.0.0.1:{self.rest_port}".encode()]
+        wanted = [self.sbin("slurmrestd").encode(), f"127.0.0.1:{self.rest_port}".encode()]
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -879,7 +1059,7 @@ serve_index = true
             return
         env = {**self.slurm_env(), "SLURM_JWT": "daemon"}
         self._background(
-            ["/usr/sbin/slurmrestd", "-a", "rest_auth/jwt", "-u", "slurmrestd", "-g", "slurmrestd",
+            [self.sbin("slurmrestd"), "-a", "rest_auth/jwt", "-u", "slurmrestd", "-g", "slurmrestd",
              f"127.0.0.1:{self.rest_port}"],
             pidfile=self.run_dir / "slurmrestd.pid", log=self.log_dir / "slurmrestd.log", env=env,
         )

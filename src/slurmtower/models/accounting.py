@@ -64,10 +64,15 @@ class HistoryJob(_Model):
     partition: str
     association_id: int
     state: str
-    """Base state name: COMPLETED, FAILED, OUT_OF_MEMORY ... (UNKNOWN for codes Slurm does not define)."""
+    """The state as sacct prints it: the base state's name (COMPLETED, FAILED, OUT_OF_MEMORY ...;
+    UNKNOWN for codes Slurm does not define), or a flag's that replaces it (REQUEUED: a run
+    that ended by a requeue)."""
     state_code: int
+    """The base state's code (0-11): a REQUEUED run's is 0."""
     exit_code: int | None = None
-    """Return code of the batch script (``WEXITSTATUS``); None when slurmdbd stored no valid status."""
+    """Return code of the batch script as sacct's ExitCode shows it (``WEXITSTATUS``, less 128
+    from 128 up: a shell whose child got SIGTERM, 143, is 15); None when slurmdbd stored no
+    valid status."""
     exit_signal: int | None = None
     """Signal that ended it (``WTERMSIG``), 0 when none."""
     derived_exit_code: int | None = None
@@ -89,6 +94,9 @@ class HistoryJob(_Model):
     end_time: datetime | None = None
     work_dir: str | None = None
     submit_line: str | None = None
+    sluid: str | None = None
+    """Slurm's unique id of this run of the job (26.05+, e.g. ``sBC9M8RB4HBW00``): a requeued
+    job keeps its job id, each run gets a new row and a new sluid. None before 26.05."""
 
 
 class HistoryStep(_Model):
@@ -114,6 +122,10 @@ class HistoryStep(_Model):
     end_time: datetime | None = None
     user_cpu_time: timedelta
     system_cpu_time: timedelta
+    max_rss_bytes: int | None = None
+    """The largest resident set size of any of the step's tasks (sacct's MaxRSS, from the
+    step's ``tres_usage_in_max``); None when jobacct_gather recorded none (no sample was
+    taken: a step shorter than the gather frequency, or ``jobacct_gather/none``)."""
 
 
 class HistoryPage(_Model):

@@ -223,9 +223,26 @@ class Job(BaseModel):
     reservation: str | None = None
     dependency: str | None = None
     restarts: int | None = None
+    accrue_time: datetime | None = None
+    """When the job began to accrue age priority (``AccrueTime``)."""
+    admin_comment: str | None = None
+    alloc_node: str | None = None
+    """The host the job was submitted from (``AllocNode``)."""
+    alloc_sid: int | None = None
+    """The session id of the submitting process (``AllocNode:Sid``; the text form only)."""
+    array_max_tasks: int | None = None
+    """How many tasks of the array may run at once (``%N``, ``ArrayTaskThrottle``); ``None``: no limit."""
     standard_output: str | None = None
     standard_error: str | None = None
     cluster: str | None = None
+    sluid: str | None = None
+    """Slurm's id of this run of the job (``sBC9M8RB4JCW00``, lexicographically sortable):
+    a requeued job keeps its job id, each run gets a new sluid. From slurmctld's JSON since
+    25.11 (v0.0.44 ``step_id.sluid``) and from accounting's since 26.05 (v0.0.45); ``None``
+    before, and in the text forms."""
+    original_sluid: str | None = None
+    """Accounting's ``original_sluid`` (26.05+; Slurm calls it the "Original SLUID"): equal to
+    :attr:`sluid` for every job of the recordings, none of which was requeued."""
     from_accounting: bool = False
 
     @field_validator(
@@ -248,6 +265,10 @@ class Job(BaseModel):
         "standard_output",
         "standard_error",
         "cluster",
+        "sluid",
+        "original_sluid",
+        "admin_comment",
+        "alloc_node",
     )
     @classmethod
     def _empty_is_none(cls, value: str | None) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
@@ -217,6 +217,13 @@ class Node(BaseModel):
     sockets: int | None = None
     cores_per_socket: int | None = None
     threads_per_core: int | None = None
+    boards: int | None = None
+    specialized_cores: int | None = None
+    """Cores kept for Slurm's daemons (``CoreSpecCount``); 0: none."""
+    specialized_cpus: str | None = None
+    """The CPU ids kept for them (``CPUSpecList``, e.g. ``"0-1"``); ``None``: none."""
+    specialized_memory_mib: int | None = None
+    """Memory kept for them (``MemSpecLimit``); 0: none."""
     real_memory_mib: int | None = None
     alloc_memory_mib: int | None = None
     free_memory_mib: int | None = None
@@ -237,6 +244,9 @@ class Node(BaseModel):
     slurmd_start_time: datetime | None = None
     last_busy: datetime | None = None
     resume_after: datetime | None = None
+    suspend_time: timedelta | None = None
+    """How long the node stays idle before power saving suspends it (its own ``SuspendTime``,
+    26.05+). ``None``: never (``INFINITE``), or a release that does not report it."""
     slurmd_version: str | None = None
     architecture: str | None = None
     operating_system: str | None = None
@@ -246,7 +256,8 @@ class Node(BaseModel):
     reservation: str | None = None
     """Name of the reservation the node is in (24.11+ JSON and text; ``None`` in 22.05 JSON)."""
 
-    @field_validator("reason", "comment", "extra", "gres", "gres_used", "reservation", "owner", "tres_used")
+    @field_validator("reason", "comment", "extra", "gres", "gres_used", "reservation", "owner", "tres_used",
+                     "specialized_cpus")
     @classmethod
     def _empty_is_none(cls, value: str | None) -> str | None:
         return value or None

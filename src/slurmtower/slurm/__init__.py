@@ -26,6 +26,7 @@ __all__ = [
     "RestSlurmClient",
     "SlurmClient",
     "make_client",
+    "make_rest_client",
 ]
 
 
@@ -41,13 +42,20 @@ def make_client(settings: Settings, observers: list[CallObserver] | None = None)
         from slurmtower.errors import ConfigError
 
         raise ConfigError("slurm.backend = 'rest' needs slurm.rest_url", key="slurm.rest_url")
+    return make_rest_client(settings, settings.slurm.rest_url, fallback=cli, observers=runner.observers)
+
+
+def make_rest_client(settings: Settings, url: str, *, fallback: SlurmClient | None = None,
+                     observers: list[CallObserver] | None = None) -> RestSlurmClient:
+    """A slurmrestd client at ``url`` with the settings' user, token or key, timeout and pin."""
     token = settings.slurm.rest_token.get_secret_value() if settings.slurm.rest_token else None
     return RestSlurmClient(
-        settings.slurm.rest_url,
+        url,
         user=settings.slurm.rest_user,
         token=token,
         jwt_key_file=settings.slurm.rest_jwt_key_file,
         timeout=settings.slurm.command_timeout,
-        fallback=cli,
-        observers=runner.observers,
+        fallback=fallback,
+        observers=observers,
+        api_version=settings.slurm.rest_api_version,
     )

@@ -1,16 +1,21 @@
 """The CLI backend: Slurm's own commands, through the one :class:`CommandRunner`.
 
-It reads the Slurm version once (``sinfo -V``) and then uses the best source each release
-offers: ``scontrol show ... --json`` and ``sdiag --json`` from 23.02 on, the ``-o`` text
-forms before; ``sinfo``/``squeue --json`` where they exist.
+It reads the Slurm version once (``sinfo -V``) and asks the commands once which of them print
+JSON (:meth:`CliSlurmClient.json_forms`: ``scontrol show partition --json``, ``sdiag --json``,
+``scontrol show config --json``), then uses the best source each release offers: the JSON
+forms where they answer (``scontrol show ...`` and ``sdiag`` from 23.02 on), the ``-o`` text
+forms elsewhere (and always for ``show config``, see :meth:`CliSlurmClient.config`);
+``sinfo``/``squeue --json`` where they exist.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NoReturn
 
@@ -32,7 +37,7 @@ from slurmtower.slurm import adapters as ad
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities, select_nodes
 from slurmtower.slurm.runner import CommandRunner, classify_failure
 
-__all__ = ["CliSlurmClient"]
+__all__ = ["CliSlurmClient", "JsonForms"]
 
 _READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "job_steps", "partitions",
           "reservations", "config", "stats", "triggers", "ping")
@@ -79,6 +84,22 @@ def _squeue_filters(*, users: Sequence[str], accounts: Sequence[str], partitions
 _SINGLE_JOB_READS = 64
 
 
+@dataclass(frozen=True)
+class JsonForms:
+    """Which commands print JSON on this cluster (asked, not assumed from the release)."""
+
+    scontrol: bool
+    """``scontrol show node|job|partition|reservation --json`` (23.02+)."""
+    sdiag: bool
+    config: bool
+    """``scontrol show config --json`` prints JSON (26.05+; 24.11 prints the text form)."""
+    data_parser: str | None
+    """The data_parser the commands' JSON comes from by default, e.g. ``data_parser/v0.0.45``."""
+    json_flag: str = "--json"
+    """What the reads pass: ``--json``, or ``--json=v0.0.<newest parsed>`` where the default
+    format is newer than slurmtower parses (26.11's v0.0.46)."""
+
+
 class CliSlurmClient:
     """A :class:`~slurmtower.slurm.client.SlurmClient` over Slurm's command-line tools."""
 
@@ -86,6 +107,7 @@ class CliSlurmClient:
         self.runner = runner or CommandRunner()
         self.slurm_user = slurm_user
         self._version: SlurmVersion | None = None
+        self._forms: JsonForms | None = None
         self._lock = threading.Lock()
         self._queue_memo: dict[int, int] = {}
         self._rows = ad.QueueRowParser()
@@ -108,18 +130,61 @@ class CliSlurmClient:
                     self._version = ad.parse_sinfo_version(out)
         return self._version
 
+    def _probe(self, argv: list[str], key: str) -> dict[str, Any] | None:
+        """``argv``'s JSON document when it prints one holding ``key`` (24.11's ``scontrol show
+        config --json`` prints the text form; 22.05's commands reject ``--json``)."""
+        res = self.runner.run(argv, timeout=30, check=False)
+        if res.returncode != 0 or not res.stdout.lstrip().startswith("{"):
+            return None
+        try:
+            doc = json.loads(res.stdout)
+        except ValueError:
+            return None
+        # A newer release may name its lists otherwise: its envelope (meta) is enough here.
+        return doc if isinstance(doc, dict) and (key in doc or "meta" in doc) else None
+
+    def json_forms(self) -> JsonForms:
+        """Which commands print JSON here, asked once (three cheap commands)."""
+        if self._forms is None:
+            with self._lock:
+                if self._forms is None:
+                    part = self._probe(["scontrol", "show", "partition", "--json"], "partitions")
+                    sdiag = part is not None and self._probe(["sdiag", "--json"], "statistics") is not None
+                    config = part is not None and \
+                        self._probe(["scontrol", "show", "config", "--json"], "slurm_conf") is not None
+                    parser = ad.detect_version(part).data_parser if part is not None else None
+                    flag = "--json"
+                    found = re.search(r"v0\.0\.(\d+)", parser or "")
+                    newest = max(ad.KNOWN_DATA_PARSERS)
+                    if found is not None and int(found[1]) > newest:
+                        # A release newer than this slurmtower (26.11: v0.0.46): its commands
+                        # still print the formats it serves when asked for one by name.
+                        flag = f"--json=v0.0.{newest}"
+                    self._forms = JsonForms(scontrol=part is not None, sdiag=sdiag, config=config,
+                                            data_parser=parser, json_flag=flag)
+        return self._forms
+
+    def _json_flag(self) -> str:
+        return self.json_forms().json_flag
+
     def _modern(self) -> bool:
-        # scontrol/sdiag --json and filter-honouring squeue/sinfo --json arrived in 23.02.
-        return self.version() >= SlurmVersion(major=23, minor=2)
+        """``scontrol show <entity> --json`` answers (23.02 and later)."""
+        return self.json_forms().scontrol
 
     def capabilities(self) -> Capabilities:
-        modern = self._modern()
+        forms = self.json_forms()
+        version = self.version()
+        if forms.data_parser and not version.data_parser:
+            version = version.model_copy(update={"data_parser": forms.data_parser})
         return Capabilities(
             backend="cli",
-            version=self.version(),
-            scontrol_json=modern,
-            sdiag_json=modern,
-            json_filters=modern,
+            version=version,
+            scontrol_json=forms.scontrol,
+            sdiag_json=forms.sdiag,
+            config_json=forms.config,
+            # 22.05's squeue/sinfo --json print everything whatever -p/-u/-t say: a behaviour,
+            # not something a command tells, so it goes by the release (23.02 fixed it).
+            json_filters=self.version() >= SlurmVersion(major=23, minor=2),
             rest_node_update=False,
             reads=_READS,
             writes=_WRITES,
@@ -159,7 +224,7 @@ class CliSlurmClient:
         if nodes is not None:
             return self._some_nodes(nodes)
         if self._modern():
-            return ad.parse_nodes_json(self._json(["scontrol", "show", "node", "--json"]))
+            return ad.parse_nodes_json(self._json(["scontrol", "show", "node", self._json_flag()]))
         # 22.05: the text form, 0.05 s and 11 MB at 5,000 nodes where `sinfo --json` takes
         # 0.3 s and 114 MB; a line identical to the previous read is not parsed again (nodes
         # whose slurmd is silent never change), and the same list comes back when no line did.
@@ -184,10 +249,10 @@ class CliSlurmClient:
         if self._modern():
             # 24.11 `squeue --json` applies the default PENDING/RUNNING filter; scontrol
             # returns every job slurmctld still holds, like 22.05's squeue --json.
-            result = ad.parse_jobs_json(self._json(["scontrol", "show", "job", "--json"]))
+            result = ad.parse_jobs_json(self._json(["scontrol", "show", "job", self._json_flag()]))
         else:
             # 22.05: `squeue --json` ignores -j/-u/-t/-p: filter client-side.
-            result = ad.parse_jobs_json(self._json(["squeue", "--json"]))
+            result = ad.parse_jobs_json(self._json(["squeue", self._json_flag()]))
         if job_ids is None:
             return result
         wanted = {int(j) for j in job_ids}
@@ -202,7 +267,7 @@ class CliSlurmClient:
             return []
         if self._modern():
             # 23.02+ prints the matching nodes and silently leaves out unknown names.
-            found = ad.parse_nodes_json(self._json(["scontrol", "show", "node", str(nodes), "--json"]))
+            found = ad.parse_nodes_json(self._json(["scontrol", "show", "node", str(nodes), self._json_flag()]))
             return select_nodes(found, nodes)
         res = self.runner.run(["scontrol", "-o", "show", "node", str(nodes)], check=False)
         # An unknown name gets "Node x9 not found" on stdout and exit status 1; select_nodes
@@ -234,7 +299,7 @@ class CliSlurmClient:
         """The records of one job id (every task of an array, for the array's id); none when
         slurmctld does not know it."""
         modern = self._modern()
-        argv = ["scontrol", "show", "job", str(job_id), "--json"] if modern else \
+        argv = ["scontrol", "show", "job", str(job_id), self._json_flag()] if modern else \
             ["scontrol", "-o", "show", "job", str(job_id)]
         res = self.runner.run(argv, check=False)
         if res.returncode != 0:
@@ -385,22 +450,40 @@ class CliSlurmClient:
 
     def partitions(self) -> list[Partition]:
         if self._modern():
-            return ad.parse_partitions_json(self._json(["scontrol", "show", "partition", "--json"]))
+            return ad.parse_partitions_json(self._json(["scontrol", "show", "partition", self._json_flag()]))
         return ad.parse_partitions_text(self.runner.run(["scontrol", "-o", "show", "partition"]).stdout)
 
     def reservations(self) -> list[Reservation]:
         if self._modern():
-            return ad.parse_reservations_json(self._json(["scontrol", "show", "reservation", "--json"]))
+            return ad.parse_reservations_json(self._json(["scontrol", "show", "reservation", self._json_flag()]))
         res = self.runner.run(["scontrol", "-o", "show", "reservation"])
         return ad.parse_reservations_text(res.stdout)
 
     def config(self) -> ClusterConfig:
+        # The text form even where `show config --json` exists (26.05): it holds nine settings
+        # the JSON leaves out, the controllers' ping status, and the same notation on every
+        # release (the JSON writes "60" for "60 sec", "non_responsive_only" for "1" ...). The
+        # JSON (GET /conf) is what the REST backend reads, with no Slurm command needed.
         return ad.parse_config_text(self.runner.run(["scontrol", "show", "config"]).stdout)
 
     def stats(self) -> ControllerStats:
-        if self._modern():
-            return ad.parse_sdiag_json(self._json(["sdiag", "--json"]))
+        if self.json_forms().sdiag:
+            return ad.parse_sdiag_json(self._json(["sdiag", self._json_flag()]))
         return ad.parse_sdiag_text(self.runner.run(["sdiag"]).stdout)
+
+    def submit_batch(self, args: Sequence[str], command: str) -> int:
+        if any(a == "--wrap" or a.startswith("--wrap=") for a in args):
+            raise InvalidInput("submit_batch takes the command apart from the sbatch options", param="args")
+        res = self.runner.run(["sbatch", "--parsable", *args, "--wrap", command], check=False)
+        if res.returncode != 0:
+            self._raise_failure(res.argv, res.returncode, res.stderr or res.stdout)
+        return int(res.stdout.strip().split(";")[0])
+
+    def cancel_jobs(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            res = self.runner.run(["scancel", *(str(int(j)) for j in job_ids)], check=False)
+            if res.returncode != 0 and "invalid job id" not in (res.stderr + res.stdout).lower():
+                self._raise_failure(res.argv, res.returncode, res.stderr or res.stdout)
 
     def triggers(self) -> list[Trigger]:
         res = self.runner.run(["strigger", "--get"], check=False)

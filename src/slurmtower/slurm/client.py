@@ -73,6 +73,8 @@ class Capabilities:
     scontrol_json: bool = False
     """``scontrol show ... --json`` exists (23.02 and later)."""
     sdiag_json: bool = False
+    config_json: bool = False
+    """The running configuration comes as JSON (``scontrol show config --json``, REST ``/conf``: 26.05+)."""
     json_filters: bool = False
     """``squeue/sinfo --json`` honour their filter options (22.05 ignores them)."""
     rest_node_update: bool = False
@@ -90,6 +92,7 @@ class Capabilities:
             "data_parser": self.version.data_parser,
             "scontrol_json": self.scontrol_json,
             "sdiag_json": self.sdiag_json,
+            "config_json": self.config_json,
             "json_filters": self.json_filters,
             "rest_node_update": self.rest_node_update,
             "rest_api_versions": list(self.rest_api_versions),
@@ -106,6 +109,14 @@ class SlurmClient(Protocol):
     def version(self) -> SlurmVersion: ...
 
     def capabilities(self) -> Capabilities: ...
+
+    def submit_batch(self, args: Sequence[str], command: str) -> int:
+        """``sbatch --parsable <args> --wrap <command>``: the new job's id (maintenance checks)."""
+        ...
+
+    def cancel_jobs(self, job_ids: Sequence[int]) -> None:
+        """``scancel`` these jobs (a job already gone is no error)."""
+        ...
 
     # -- reads ------------------------------------------------------------------------
     def nodes(self, nodes: NodeSet | None = None) -> list[Node]:

@@ -1,9 +1,13 @@
 """The slurmrestd backend: reads over slurmrestd's REST API, returning the same models.
 
 It detects the API versions the server offers (``/openapi/v3``) and uses the newest one it
-knows. What slurmrestd cannot do is said clearly: 22.05's slurmrestd (v0.0.36-38) cannot
-update nodes or reservations, set triggers or read slurmctld's config. Such operations go
-to ``fallback`` (a CLI client) when one is given, and raise :class:`Unsupported` otherwise.
+knows (or the one ``slurm.rest_api_version`` pins); what it can do comes from the same
+document: a ``POST`` on ``node/{node_name}`` (node updates, 23.02+), ``GET conf`` (the running
+configuration, 26.05+), and which versions slurmrestd marks ``deprecated`` (v0.0.42 on 26.05).
+What slurmrestd cannot do is said clearly: 22.05's slurmrestd (v0.0.36-38) cannot update
+nodes or reservations, set triggers or read slurmctld's config; no release sets triggers or
+changes reservations over REST here. Such operations go to ``fallback`` (a CLI client) when
+one is given, and raise :class:`Unsupported` otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -48,10 +53,17 @@ __all__ = ["RestSlurmClient"]
 
 _API_RE = re.compile(r"^/slurm/(v0\.0\.(\d+))/")
 #: API versions this backend can parse (adapters cover each of them).
-_KNOWN = {36, 37, 38, 39, 40, 41, 42, 43, 44}
+_KNOWN = ad.KNOWN_DATA_PARSERS
 #: Seconds our clock's update_time is set back, when slurmrestd gives no last_update.
 _CLOCK_MARGIN = 5.0
 _UNCHANGED = "__unchanged__"
+
+
+def _all_deprecated(paths: dict[str, Any], version: str) -> bool:
+    """slurmrestd marks every operation of ``version`` deprecated (26.05: v0.0.42)."""
+    ops = [op for p, item in paths.items() if p.startswith((f"/slurm/{version}/", f"/slurmdb/{version}/"))
+           and isinstance(item, dict) for op in item.values() if isinstance(op, dict)]
+    return bool(ops) and all(op.get("deprecated") is True for op in ops)
 
 
 def _no_changes(doc: dict[str, Any]) -> bool:
@@ -84,6 +96,7 @@ class RestSlurmClient:
         fallback: SlurmClient | None = None,
         transport: httpx.BaseTransport | None = None,
         observers: list[CallObserver] | None = None,
+        api_version: str | None = None,
     ) -> None:
         if base_url.startswith("unix:"):
             transport = transport or httpx.HTTPTransport(uds=base_url[len("unix:"):])
@@ -97,6 +110,9 @@ class RestSlurmClient:
         self.observers = observers if observers is not None else []
         self._api: str | None = None
         self._api_versions: tuple[str, ...] = ()
+        self._api_paths: dict[str, dict[str, Any]] = {}
+        self._deprecated: tuple[str, ...] = ()
+        self.pin = api_version
         self._version: SlurmVersion | None = None
         self._lock = threading.Lock()
         self._queue: JobTable | None = None
@@ -165,9 +181,34 @@ class RestSlurmClient:
                     usable = [v for v in versions if v in _KNOWN]
                     if not usable:
                         raise Unsupported(f"slurmrestd offers no known API version ({versions})")
-                    self._api_versions = tuple(f"v0.0.{v}" for v in versions)
-                    self._api = f"v0.0.{usable[-1]}"
+                    offered = tuple(f"v0.0.{v}" for v in versions)
+                    api = f"v0.0.{usable[-1]}"
+                    if self.pin is not None:
+                        if self.pin not in offered:
+                            raise Unsupported(f"slurm.rest_api_version {self.pin} is not offered by "
+                                              f"this slurmrestd ({', '.join(offered)})")
+                        api = self.pin
+                    paths: dict[str, dict[str, Any]] = spec.get("paths") or {}
+                    self._api_paths = {p.split(f"/slurm/{api}/", 1)[1]: ops for p, ops in paths.items()
+                                       if p.startswith(f"/slurm/{api}/") and isinstance(ops, dict)}
+                    self._deprecated = tuple(v for v in offered if _all_deprecated(paths, v))
+                    self._api_versions = offered
+                    self._api = api
         return self._api
+
+    def _offers(self, method: str, path: str) -> bool:
+        """The API in use has this operation (``path`` relative to ``/slurm/<version>/``)."""
+        self._detect()
+        return method in (self._api_paths.get(path) or {})
+
+    def api_status(self) -> dict[str, object]:
+        """The API version in use, those offered, those slurmrestd marks deprecated, and the
+        newest this backend knows (what it uses without a pin)."""
+        api = self._detect()
+        newest = max((v for v in self._api_versions if int(v.rsplit(".", 1)[1]) in _KNOWN),
+                     key=lambda v: int(v.rsplit(".", 1)[1]))
+        return {"api": api, "offered": list(self._api_versions), "deprecated": list(self._deprecated),
+                "newest_known": newest, "pinned": self.pin is not None}
 
     def _slurm(self, what: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         api = self._detect()
@@ -192,9 +233,9 @@ class RestSlurmClient:
 
     def capabilities(self) -> Capabilities:
         version = self.version()
-        node_update = int(self._detect().rsplit(".", 1)[1]) >= 39
+        node_update = self._offers("post", "node/{node_name}")
+        config = self._offers("get", "conf")
         unsupported = {
-            "config": "slurmrestd has no slurmctld configuration endpoint",
             "triggers": "slurmrestd cannot read or set triggers",
             "set_trigger": "slurmrestd cannot read or set triggers",
             "job_steps": "slurmrestd has no step listing",
@@ -204,13 +245,16 @@ class RestSlurmClient:
         }
         if not node_update:
             unsupported["update_nodes"] = f"slurmrestd {self._api} cannot update nodes (23.02+ can)"
+        if not config:
+            unsupported["config"] = f"slurmrestd {self._api} has no slurmctld configuration endpoint (26.05+ has)"
         return Capabilities(
             backend="rest",
             version=version,
             rest_node_update=node_update,
+            config_json=config,
             json_filters=True,
             rest_api_versions=self._api_versions,
-            reads=_READS,
+            reads=(*_READS, "config") if config else _READS,
             writes=("update_nodes", "drain", "down", "resume", "undrain") if node_update else (),
             unsupported=unsupported,
         )
@@ -235,7 +279,9 @@ class RestSlurmClient:
             try:
                 found += ad.parse_nodes_json(self._slurm(f"node/{name}"))
             except SlurmRequestError as exc:
-                if "invalid node name" not in exc.message.lower():
+                # 22.05: "Invalid node name specified"; 26.05: "Failure to query node n5"
+                text = exc.message.lower()
+                if "invalid node name" not in text and f"failure to query node {name}" not in text:
                     raise
         return select_nodes(found, nodes)
 
@@ -353,10 +399,18 @@ class RestSlurmClient:
         return ad.parse_reservations_json(self._slurm("reservations"))
 
     def config(self) -> ClusterConfig:
+        if self._offers("get", "conf"):
+            return ad.parse_config_json(self._slurm("conf"))
         return self._unsupported("read slurmctld's configuration").config()
 
     def stats(self) -> ControllerStats:
         return ad.parse_sdiag_json(self._slurm("diag"))
+
+    def submit_batch(self, args: Sequence[str], command: str) -> int:
+        return self._unsupported("submit batch jobs").submit_batch(args, command)
+
+    def cancel_jobs(self, job_ids: Sequence[int]) -> None:
+        self._unsupported("cancel jobs").cancel_jobs(job_ids)
 
     def triggers(self) -> list[Trigger]:
         return self._unsupported("read triggers").triggers()
@@ -365,7 +419,7 @@ class RestSlurmClient:
     def update_nodes(self, nodes: NodeSet, *, state: str | None = None, reason: str | None = None,
                      **fields: str) -> None:
         api = self._detect()
-        if int(api.rsplit(".", 1)[1]) < 39:
+        if not self._offers("post", "node/{node_name}"):
             self._unsupported(f"update nodes (API {api})").update_nodes(nodes, state=state, reason=reason,
                                                                           **fields)
             return
@@ -378,7 +432,9 @@ class RestSlurmClient:
         started = time.monotonic()
         ok = False
         try:
-            resp = self._http.post(f"/slurm/{api}/node/{nodes}", json=body, headers=self._headers())
+            # The hostlist percent-encoded: 26.05 refuses a raw "[" ("Invalid or unknown URL path").
+            resp = self._http.post(f"/slurm/{api}/node/{quote(str(nodes), safe='')}", json=body,
+                                   headers=self._headers())
             ok = resp.status_code < 400
         except httpx.TransportError as exc:
             raise SlurmUnavailable(f"slurmrestd unreachable: {exc}") from exc

@@ -30,6 +30,7 @@ from slurmtower.errors import (
     Unsupported,
 )
 from slurmtower.models.version import SlurmVersion
+from slurmtower.slurm.adapters._data_parsers import DATA_PARSERS
 
 __all__ = [
     "detect_version",
@@ -44,15 +45,9 @@ __all__ = [
 _FORMAT_RE = re.compile(r"v0\.0\.(\d+)")
 
 # Which data format a release writes by default, for documents whose meta names no format.
-_DEFAULT_FORMAT: list[tuple[tuple[int, int], int]] = [
-    ((22, 5), 38),
-    ((23, 2), 39),
-    ((23, 11), 40),
-    ((24, 5), 41),
-    ((24, 11), 42),
-    ((25, 5), 43),
-    ((25, 11), 44),
-]
+_DEFAULT_FORMAT: list[tuple[tuple[int, int], int]] = sorted(
+    (SlurmVersion.parse(p.default_in).key[:2], p.number) for p in DATA_PARSERS
+)
 
 
 def _meta(doc: Any) -> dict[str, Any]:
@@ -103,7 +98,7 @@ def detect_version(doc: dict[str, Any]) -> SlurmVersion:
 
 
 def format_version(doc: dict[str, Any]) -> int:
-    """The data format number N of ``v0.0.N`` (38 for 22.05, 42 for 24.11, 44 for 25.11).
+    """The data format number N of ``v0.0.N`` (38 for 22.05, 42 for 24.11, 45 for 26.05).
 
     Taken from ``meta.plugin`` when present, else from the release's default format.
     """
