@@ -9,8 +9,10 @@ it maps to, so both translators stay one small function.
 
     SlurmtowerError
     ├── ConfigError                 bad or unknown configuration key      (500 / exit 78)
+    │   └── StoreSchemaError        the store's schema is older or newer than this slurmtower
     ├── InvalidInput                bad user input, names the parameter   (400 / exit 2)
-    │   └── NodeSetError            malformed node set expression
+    │   ├── NodeSetError            malformed node set expression
+    │   └── PayloadTooLarge         a request body over the route's limit  (413 / exit 2)
     ├── NotFound                    unknown action, execution, job ...    (404 / exit 2)
     ├── AuthenticationError         missing or bad credentials            (401 / exit 77)
     ├── PermissionDenied            authenticated but not allowed         (403 / exit 77)
@@ -36,12 +38,14 @@ __all__ = [
     "InvalidInput",
     "NodeSetError",
     "NotFound",
+    "PayloadTooLarge",
     "PermissionDenied",
     "SlurmError",
     "SlurmRequestError",
     "SlurmTimeout",
     "SlurmUnavailable",
     "SlurmtowerError",
+    "StoreSchemaError",
     "Unsupported",
 ]
 
@@ -76,6 +80,16 @@ class ConfigError(SlurmtowerError):
     title = "configuration error"
 
 
+class StoreSchemaError(ConfigError):
+    """slurmtower's own store is at a schema revision this slurmtower does not run on.
+
+    ``revision`` is the store's, ``head`` this slurmtower's; ``remedy`` the fix
+    (``slurmtower db upgrade``, or upgrading slurmtower itself).
+    """
+
+    title = "store schema mismatch"
+
+
 class InvalidInput(SlurmtowerError):
     """Bad user input. ``param`` names the offending parameter."""
 
@@ -90,6 +104,13 @@ class InvalidInput(SlurmtowerError):
 
 class NodeSetError(InvalidInput):
     title = "invalid node set"
+
+
+class PayloadTooLarge(InvalidInput):
+    """A request body larger than the route takes (refused before it is all read)."""
+
+    http_status = 413
+    title = "request body too large"
 
 
 class NotFound(SlurmtowerError):

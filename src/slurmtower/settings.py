@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -19,11 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from slurmtower.errors import ConfigError
 
 __all__ = [
+    "TOKEN_ROLES",
     "AccountingSettings",
+    "ActionSettings",
     "ApiSettings",
     "ArchiverSettings",
     "AuthSettings",
     "EventSettings",
+    "ForwardTarget",
+    "HookSettings",
     "Settings",
     "SlurmSettings",
     "TokenEntry",
@@ -57,6 +61,9 @@ class SlurmSettings(_Section):
     """A JWT for slurmrestd (X-SLURM-USER-TOKEN)."""
     rest_jwt_key_file: Path | None = None
     """Instead of a fixed token: the HS256 key file to mint short-lived tokens from."""
+    rest_api_version: str | None = Field(default=None, pattern=r"^v0\.0\.\d+$")
+    """Pin slurmrestd's API version (e.g. ``v0.0.44``); default: the newest offered that slurmtower
+    parses. ``slurmtower info`` warns when the pinned version is deprecated."""
 
 
 class AccountingSettings(_Section):
@@ -69,6 +76,12 @@ class AccountingSettings(_Section):
     step_table: str | None = None
     connect_timeout: float = 5.0
     query_timeout: float = 10.0
+    request_wait: float = Field(default=4.0, gt=0)
+    """How long an API request waits for the database before its 503 (the read goes on in its
+    thread until connect_timeout / query_timeout end it)."""
+    max_concurrency: int = Field(default=4, ge=1, le=64)
+    """Database reads the API runs at once, in threads of their own (never the ones that serve
+    authentication, the sensor and the snapshot); past that, a 503 at once."""
 
 
 class ApiSettings(_Section):
@@ -87,16 +100,56 @@ class ApiSettings(_Section):
     sensor's poll (one node RPC a second, ~2 % at 5,000 nodes) comes on top. 0: not bounded."""
     max_refresh_interval: float = Field(default=60.0, gt=0)
     """The interval never grows past this many seconds, whatever refreshing costs."""
-    slurm_wait: float = Field(default=10.0, gt=0)
-    """How long a request waits for Slurm before answering 503."""
-    serve_stale: bool = False
-    """When Slurm does not answer, serve the last snapshot marked stale instead of a 503."""
+    slurm_wait: float = Field(default=4.0, gt=0)
+    """How long a request waits for Slurm, in all (the resources of one view are asked at
+    once), before answering with the last snapshot marked stale, or a 503 without one. A
+    request joining a query that has already run this long answers at once."""
+    serve_stale: bool = True
+    """When Slurm does not answer, serve the last snapshot marked stale (``"stale": true``,
+    ``X-Data-Stale``) instead of a 503. Off: a 503 problem even when a snapshot exists."""
     hidden_partitions: list[str] = Field(default_factory=list)
-    """Partitions hidden everywhere: /queue, /nodes, /usage, /history, /partitions."""
+    """Partitions hidden everywhere (:mod:`slurmtower.visibility`): every route, read action,
+    dashboard page and metric; a node only in hidden partitions is hidden too."""
+    private_job_fields: list[str] = Field(default_factory=lambda: [
+        "submit_line", "command", "work_dir", "standard_output", "standard_error"])
+    """Job fields (live and accounting) that readers see only on their own jobs (a principal
+    whose name is the job's user name), like Slurm's ``PrivateData=jobs``: submit lines often
+    hold secrets. Operators and admins see them on every job."""
+    readers_see_private_job_fields: bool = False
+    """Readers see :attr:`private_job_fields` on every user's jobs too."""
+
+    @field_validator("private_job_fields")
+    @classmethod
+    def _known_job_fields(cls, value: list[str]) -> list[str]:
+        from slurmtower.models import Job
+        from slurmtower.models.accounting import HistoryJob
+
+        known = set(Job.model_fields) | set(HistoryJob.model_fields)
+        unknown = [f for f in value if f not in known]
+        if unknown:
+            raise ValueError(f"not job fields: {', '.join(unknown)}")
+        return value
     workers: int = Field(default=1, ge=1)
+    leader_interval: float = Field(default=2.0, gt=0, le=60)
+    """How often a follower tries to become the deployment's leader (and the leader checks
+    it still is): a dead leader is replaced within about this long plus the sensor's start."""
     refresh_in_subprocess: bool = True
     """Read and render the job queue in a worker process (off the serving process's GIL),
     so a refresh of thousands of jobs does not stall the requests served meanwhile."""
+    shared_cache_url: SecretStr | None = None
+    """Redis URL of the deployment's shared snapshot, e.g. ``redis://127.0.0.1:6379/0``
+    (``rediss://`` for TLS; user and password in the URL): one elected process queries Slurm,
+    the others serve its snapshots. None: each process refreshes alone."""
+    shared_cache_prefix: str | None = Field(default=None, min_length=1, max_length=200)
+    """Key prefix naming the deployment on that Redis. Default: the cluster name and a digest of
+    the store URL (processes sharing a store share it; two deployments never mix)."""
+    shared_cache_timeout: float = Field(default=0.5, gt=0, le=30)
+    """A Redis operation slower than this (or failing) makes the process refresh alone until
+    Redis answers again (the values' GET and SET get ten times as long)."""
+    shared_cache_compression: int = Field(default=0, ge=0, le=9)
+    """zlib level of the shared tables' rows (0: none). 100,000 jobs: 50 MB raw, 10 MB at
+    level 1, which costs the refresher ~0.3 s more per changed round; worth it across a slow
+    link between hosts."""
 
 
 class ArchiverSettings(_Section):
@@ -104,6 +157,42 @@ class ArchiverSettings(_Section):
     archive_wait_time: float = Field(default=60.0, gt=0)
     retention_days: float = Field(default=30.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)
+
+
+class ActionSettings(_Section):
+    retention_days: float = Field(default=90.0, gt=0)
+    """Executions (``GET /executions/{id}``) older than this are purged; the audit log is kept."""
+    purge_interval: float = Field(default=3600.0, gt=0)
+    """Seconds between two purges of old executions (by the leader of the ``archiver`` role)."""
+    record_reads: bool = False
+    """Also keep the envelopes of read-only actions (``slurm.node.get`` ...); mutating ones
+    are always kept."""
+    maintenance_interval: float = Field(default=10.0, gt=0, le=3600)
+    """Seconds between two rounds of the maintenance runs (``slurm.node.maintain``): how soon a
+    node that became idle, or a check that ended, moves on."""
+    breaker_enabled: bool = True
+    """The circuit breaker of ``slurm.node.drain`` and ``slurm.node.down`` (every source: CLI,
+    API, rules): see :mod:`slurmtower.actions.breaker` and the README."""
+    breaker_share: float = Field(default=0.10, gt=0, le=1)
+    """At most this share of a partition's nodes out of service for reasons that arose within
+    ``breaker_window`` (slurmtower's drains and downs and those made outside it)."""
+    breaker_cluster_share: float = Field(default=0.10, gt=0, le=1)
+    """The same for the whole cluster."""
+    breaker_window: float = Field(default=600.0, gt=0)
+    """Seconds: a node out of service for longer than this no longer counts."""
+    breaker_min_nodes: int = Field(default=1, ge=1)
+    """The limit is never under this many nodes, however small the partition (10 % of 8 nodes:
+    still one node per window)."""
+    breaker_partition_shares: dict[str, float] = Field(default_factory=dict)
+    """Per-partition shares instead of ``breaker_share``, e.g. ``{gpu = 0.05}``."""
+
+    @field_validator("breaker_partition_shares")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(k for k, v in value.items() if not 0 < v <= 1)
+        if bad:
+            raise ValueError(f"shares are in (0, 1]: {', '.join(bad)}")
+        return value
 
 
 class EventSettings(_Section):
@@ -117,6 +206,11 @@ class EventSettings(_Section):
     max_clock_skew: float = 60.0
     job_triggers: list[int] = Field(default_factory=list)
     rules_dir: Path | None = None
+    rules_config: dict[str, Any] = Field(default_factory=dict)
+    """What rules read as ``config.<key>`` besides slurmtower's own keys (``notify_program``,
+    ``python``, ``callback_url``, ``key_file``, ``cluster_name``): e.g. ``webhook_url`` for
+    the webhook example, ``chassis`` (node -> the node set of its chassis) for the chassis
+    one. Never put secrets here: templates may copy them into actions."""
     webhook_secret: SecretStr | None = None
     sensor_enabled: bool = True
     """Run the sensor inside ``slurmtower serve`` (off: only ``slurmtower sensor`` runs it)."""
@@ -132,11 +226,73 @@ class EventSettings(_Section):
     """Interpreter that runs the notify program (standard library only)."""
 
 
+class ForwardTarget(_Section):
+    """One receiver of forwarded events (``[[hooks.forward]]``)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    """Names the target in logs, ``/metrics`` and its cursor in the store (keep it stable)."""
+    url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2000)
+    format: Literal["cloudevents", "st2"] = "cloudevents"
+    """``cloudevents``: a CloudEvents 1.0 JSON document (structured mode). ``st2``:
+    StackStorm's webhook API (``.../api/v1/webhooks/<name>``: the event as JSON; the generic
+    ``.../api/v1/webhooks/st2``: ``{"trigger": <event type>, "payload": <event payload>}``)."""
+    types: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    """Event types sent, as shell globs (``slurm.node.*``, ``alert.*``)."""
+    api_key: SecretStr | None = None
+    """StackStorm API key, sent as ``St2-Api-Key``."""
+    bearer_token: SecretStr | None = None
+    """Sent as ``Authorization: Bearer ...``."""
+    secret: SecretStr | None = None
+    """Signs each request like the rules' webhook action (``X-Slurmtower-Signature``)."""
+    timeout: float = Field(default=5.0, gt=0, le=120)
+    """Seconds per attempt."""
+    max_age: float = Field(default=86400.0, gt=0)
+    """An event older than this when its turn comes (the receiver was down) is dropped, counted."""
+
+
+class HookSettings(_Section):
+    """Alerts in (``POST /hooks/alertmanager``, ``POST /hooks/generic``), events out (``forward``)."""
+
+    enabled: bool = True
+    """Accept alerts (the routes answer 404 when off; forwarding does not depend on it)."""
+    node_labels: list[str] = Field(default_factory=lambda: ["node", "nodename", "hostname", "instance"])
+    """Alert labels naming the node, first present wins; a ``host:port`` or URL gives its host."""
+    strip_domain: bool = True
+    """``n3.cluster.example.org`` names node ``n3``."""
+    generic_secret: SecretStr | None = None
+    """HMAC key of ``POST /hooks/generic`` (unset: that route refuses every request)."""
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Bodies over this are refused (413) before they are read in full."""
+    dedupe_window: float = Field(default=86400.0, ge=0)
+    """An alert already recorded in the same state (fingerprint, start time) within this many
+    seconds is not recorded again (Alertmanager re-sends whole groups). 0: record every copy."""
+    forward: list[ForwardTarget] = Field(default_factory=list)
+    forward_interval: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between two reads of the event log by each forwarding target."""
+    forward_max_backoff: float = Field(default=60.0, gt=0, le=3600)
+    """Longest wait between two attempts at a receiver that does not take an event."""
+    cloudevents_source: str | None = Field(default=None, min_length=1, max_length=500)
+    """The CloudEvents ``source`` (default ``/slurmtower/<cluster name>``)."""
+
+    @field_validator("forward")
+    @classmethod
+    def _unique_targets(cls, value: list[ForwardTarget]) -> list[ForwardTarget]:
+        names = [t.name for t in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"forward target names must be unique: {', '.join(twice)}")
+        return value
+
+
 class TokenEntry(_Section):
     name: str
-    role: Literal["reader", "operator", "admin"]
+    role: Literal["reader", "operator", "admin", "alerter"]
     sha256: str
     """Hex SHA-256 of the token (``slurmtower token create`` prints the entry)."""
+
+
+#: Token roles; ``alerter`` may post alerts (``POST /hooks/alertmanager``) and nothing else.
+TOKEN_ROLES: tuple[str, ...] = get_args(TokenEntry.model_fields["role"].annotation)
 
 
 class AuthSettings(_Section):
@@ -161,7 +317,9 @@ class Settings(_Section):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     archiver: ArchiverSettings = Field(default_factory=ArchiverSettings)
+    actions: ActionSettings = Field(default_factory=ActionSettings)
     events: EventSettings = Field(default_factory=EventSettings)
+    hooks: HookSettings = Field(default_factory=HookSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @field_validator("state_dir")

@@ -1,5 +1,5 @@
 """slurmtower.actions: the action catalogue (every StackStorm ``slurm`` pack action), its
-result envelope, drain ownership tags and the audit store.
+result envelope, drain ownership tags, drain holds, the circuit breaker and the audit store.
 
 ::
 
@@ -21,6 +21,7 @@ from slurmtower.actions.catalogue import (
     rule_dispatcher,
 )
 from slurmtower.actions.envelope import PARTIAL_EXIT_CODE, AuditOutcome, AuditRecord, Envelope
+from slurmtower.actions.holds import Hold, HoldStore, node_holds
 from slurmtower.actions.ownership import OwnerTag, parse_reason, reason_owner, tag_reason
 from slurmtower.actions.registry import REGISTRY, ActionSpec
 from slurmtower.actions.store import ActionStore, StoreError
@@ -35,9 +36,12 @@ __all__ = [
     "Catalogue",
     "Dispatcher",
     "Envelope",
+    "Hold",
+    "HoldStore",
     "OwnerTag",
     "StoreError",
     "cli_principal",
+    "node_holds",
     "parse_cli_params",
     "parse_reason",
     "program_allowed",

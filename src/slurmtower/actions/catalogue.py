@@ -11,15 +11,18 @@ an :mod:`slurmtower.errors` error before anything changes; a refusal by a safety
 :class:`Conflict`. A Slurm or accounting failure while acting gives a ``failed`` envelope, an
 action that changed only some of its nodes a ``partial`` one (exit code
 :data:`~slurmtower.actions.envelope.PARTIAL_EXIT_CODE`).
-Every mutating action, whatever its outcome, is appended to the audit log; every envelope is
-kept for :meth:`Catalogue.get_execution`.
+Every mutating action records its intent before it acts and its outcome after, both in the
+append-only audit log; its envelope is kept for :meth:`Catalogue.get_execution` (a read-only
+one only with ``actions.record_reads``).
 """
 
 from __future__ import annotations
 
 import difflib
 import getpass
+import hashlib
 import json
+import logging
 import os
 import pwd
 import uuid
@@ -30,10 +33,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
-from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, AuditOutcome, Envelope
+import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
+from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
+from slurmtower.actions.params import canonical_program, clean_path
 from slurmtower.actions.registry import REGISTRY, ActionSpec, Run
-from slurmtower.actions.store import ActionStore, StoreError
+from slurmtower.actions.store import ActionStore, KeyTaken, StoreError
 from slurmtower.errors import (
     AccountingUnavailable,
     ConfigError,
@@ -60,6 +65,11 @@ __all__ = [
 ]
 
 Dispatcher = Callable[[str, dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+log = logging.getLogger(__name__)
+
+#: An idempotency key: what a client may send (``Idempotency-Key``, ``--idempotency-key``).
+MAX_KEY_LENGTH = 255
 
 
 def _now() -> datetime:
@@ -101,16 +111,71 @@ def parse_cli_params(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def _real_parent_and_name(path: str) -> tuple[str, str]:
+    real = os.path.realpath(path)  # symlinks followed as far as they exist on this host
+    parent, _, name = real.rpartition("/")
+    return parent or "/", name
+
+
+def _entry_allows(entry: str, program: str, executable: str) -> bool:
+    if " " in entry:  # a whole command line, arguments included
+        try:
+            wanted = canonical_program(entry)
+        except ValueError:
+            return False
+        return program == wanted and os.path.realpath(executable) == os.path.realpath(wanted.partition(" ")[0])
+    if not entry.endswith("*"):
+        return clean_path(entry) == executable and os.path.realpath(entry) == os.path.realpath(executable)
+    directory, _, stem = entry[:-1].rpartition("/")
+    allowed_dir = clean_path(directory or "/")
+    if allowed_dir is None or "*" in entry[:-1]:
+        return False
+    parent, _, name = executable.rpartition("/")
+    if (parent or "/") != allowed_dir or not name.startswith(stem):
+        return False
+    real_parent, real_name = _real_parent_and_name(executable)
+    return real_parent == os.path.realpath(allowed_dir) and real_name.startswith(stem)
+
+
 def program_allowed(program: str, allowlist: Iterable[str]) -> bool:
-    """Whether a trigger program is allowed: the whole string, its executable, or a
-    ``prefix*`` entry matches."""
-    executable = program.split()[0] if program.split() else ""
-    for entry in allowlist:
-        if entry.endswith("*") and program.startswith(entry[:-1]):
-            return True
-        if program == entry or executable == entry:
-            return True
-    return False
+    """Whether a trigger program is allowed by ``auth.trigger_program_allowlist``.
+
+    The program's executable (its first space-separated word) must be absolute without a
+    ``..`` component; ``//`` and ``/./`` are collapsed (:func:`canonical_program`). An entry
+    allows, matched by whole path components:
+
+    * ``/dir/name*``: an executable directly in ``/dir`` whose name starts with ``name``
+      (``*`` never crosses a ``/``: ``/opt/hooks/*`` allows ``/opt/hooks/x``, not
+      ``/opt/hooks/sub/x``, ``/opt/hooks-evil/x`` nor ``/opt/hooks/../x``; ``/opt/hooks*``
+      allows ``/opt/hooks-a`` but nothing inside a directory);
+    * an entry with a space: that whole command line;
+    * any other entry: that executable, with any arguments.
+
+    Where the path exists on this host its symlinks are followed too, and the resolved
+    executable must match the resolved entry: a link out of an allowed directory is refused.
+    """
+    try:
+        canonical = canonical_program(program)
+    except ValueError:
+        return False
+    executable = canonical.partition(" ")[0]
+    return any(_entry_allows(entry.strip(), canonical, executable) for entry in allowlist if entry.strip())
+
+
+def _check_key(key: str) -> None:
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        raise InvalidInput(f"an idempotency key is 1-{MAX_KEY_LENGTH} printable ASCII characters",
+                           param="idempotency_key")
+
+
+def _params_digest(name: str, used: dict[str, Any]) -> str:
+    canonical = json.dumps({"action": name, "parameters": used}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _nodes_param(model: BaseModel) -> str | None:
+    nodes = getattr(model, "nodes", None)
+    return None if nodes is None else str(nodes)
 
 
 def _validation_message(spec: ActionSpec, exc: ValidationError) -> InvalidInput:
@@ -226,8 +291,21 @@ class Catalogue:
         principal: str,
         via: Via,
         dry_run: bool | None = None,
+        idempotency_key: str | None = None,
+        role: str | None = None,
     ) -> Envelope:
-        """Run one action and return its envelope (see the module docstring for errors)."""
+        """Run one action and return its envelope (see the module docstring for errors).
+
+        A mutating action's intent is recorded before it acts: when the store cannot be
+        written, :class:`StoreError` (503 / exit 69) and nothing changes. When its outcome
+        cannot be recorded after it acted, the envelope says so (``recorded`` false, exit code
+        :data:`~slurmtower.actions.envelope.UNRECORDED_EXIT_CODE`). ``idempotency_key``: a
+        retry of this principal's earlier execution with the same key and parameters returns
+        that execution's envelope without acting; other parameters (or an execution with no
+        recorded outcome) raise :class:`Conflict`. Read-only actions ignore the key.
+        ``role``: the HTTP caller's role, for parameters only some roles may pass
+        (``override_breaker``: admin); ``None`` for the CLI and rules.
+        """
         spec = self.spec(name)
         raw = dict(params or {}) if isinstance(params, dict) else params
         if dry_run is not None and isinstance(raw, dict):
@@ -235,10 +313,13 @@ class Catalogue:
                 raw["dry_run"] = dry_run
             elif dry_run:
                 raise InvalidInput(f"{name} changes nothing: dry_run does not apply", param="dry_run")
+        if idempotency_key is not None:
+            _check_key(idempotency_key)
         execution_id = uuid.uuid4().hex
         started = _now()
         run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
-                  accounting_factory=self._get_accounting)
+                  accounting_factory=self._get_accounting, store=self.store, execution_id=execution_id,
+                  role=role)
         used: dict[str, Any] = raw if isinstance(raw, dict) else {"parameters": raw}
         try:
             _spec, model = self.validate(name, raw)
@@ -246,26 +327,90 @@ class Catalogue:
             run.dry_run = bool(getattr(model, "dry_run", False))
             if name == "slurm.trigger.set" and via != "cli":
                 self._check_program(str(getattr(model, "program", "")))
-            result = spec.run(run, model)
-        except (SlurmError, AccountingUnavailable, StoreError) as exc:
-            env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
-            self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, "failed",
-                                                                             exc.message))
-            return env
         except SlurmtowerError as exc:
-            outcome: AuditOutcome = "refused" if isinstance(exc, Conflict | PermissionDenied) else "rejected"
-            if spec.mutating:
-                env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
-                record = self._audit_record(spec, env, run, outcome, exc.message)
-                if record is not None:
-                    self.store.append_audit(**record)
-            raise
+            return self._failed(spec, execution_id, started, used, run, exc, intent=False)
+        if spec.mutating:
+            digest = _params_digest(name, used)
+            if idempotency_key is not None:
+                replayed = self._replay(principal, idempotency_key, digest)
+                if replayed is not None:
+                    return replayed
+            intent = {
+                "execution_id": execution_id, "at": started, "who": principal, "via": via, "action": name,
+                "parameters": used, "nodes": _nodes_param(model), "before": {}, "after": {}, "outcome": "intent",
+                "message": "intent: the outcome is unknown until a record of this execution follows",
+            }
+            try:
+                self.store.record_intent(execution_id=execution_id, action=name, principal=principal, via=via,
+                                         dry_run=run.dry_run, started_at=started, audit_record=intent,
+                                         idempotency_key=idempotency_key, params_digest=digest)
+            except KeyTaken:  # a concurrent retry with the same key won the insert
+                assert idempotency_key is not None
+                replayed = self._replay(principal, idempotency_key, digest)
+                if replayed is not None:
+                    return replayed
+                raise
+        try:
+            result = spec.run(run, model)
+        except SlurmtowerError as exc:
+            return self._failed(spec, execution_id, started, used, run, exc, intent=spec.mutating)
         status = PARTIAL if run.partial is not None else "succeeded"
         env = self._envelope(spec, execution_id, started, used, run, status=status, result=result)
-        outcome = "dry_run" if run.dry_run else "partial" if run.partial is not None else "succeeded"
-        self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, outcome,
-                                                                         "\n".join(run.stdout)))
+        outcome: AuditOutcome = "dry_run" if run.dry_run else "partial" if run.partial is not None else "succeeded"
+        return self._record(spec, env, run, outcome, "\n".join(run.stdout))
+
+    def _failed(self, spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run,
+                exc: SlurmtowerError, *, intent: bool) -> Envelope:
+        """A failed envelope for a Slurm or store failure; anything else is audited and raised."""
+        env = self._envelope(spec, execution_id, started, used, run, status="failed", error=exc)
+        if isinstance(exc, SlurmError | AccountingUnavailable | StoreError):
+            return self._record(spec, env, run, "failed", exc.message, intent=intent)
+        if spec.mutating:
+            outcome: AuditOutcome = "refused" if isinstance(exc, Conflict | PermissionDenied) else "rejected"
+            record = self._audit_record(spec, env, run, outcome, exc.message)
+            if intent:
+                try:
+                    self.store.record_outcome(env, audit_record=record)
+                except StoreError:  # nothing changed: the refusal itself is the answer
+                    log.exception("%s %s: the refusal could not be recorded", spec.name, execution_id)
+            elif record is not None:
+                self.store.append_audit(**record)
+        raise exc
+
+    def _record(self, spec: ActionSpec, env: Envelope, run: Run, outcome: AuditOutcome, message: str, *,
+                intent: bool = True) -> Envelope:
+        """Keep the envelope (a mutating one completes its intent row); when that fails after
+        acting, the envelope says the change was made but not recorded."""
+        if not spec.mutating or not intent:
+            if spec.mutating or (self.settings is not None and self.settings.actions.record_reads):
+                self.store.record_execution(env, audit_record=self._audit_record(spec, env, run, outcome, message))
+            return env
+        try:
+            self.store.record_outcome(env, audit_record=self._audit_record(spec, env, run, outcome, message))
+        except StoreError as exc:
+            log.error("%s %s ran but its outcome could not be recorded: %s", spec.name, env.execution_id,
+                      exc.message)
+            note = (f"{spec.name} ran (Slurm may have changed) but its outcome was not recorded: {exc.message}; "
+                    f"the audit log holds only the intent of execution {env.execution_id}")
+            return env.model_copy(update={
+                "recorded": False,
+                "exit_code": env.exit_code or UNRECORDED_EXIT_CODE,
+                "stderr": f"{note}\n{env.stderr}" if env.stderr else note,
+            })
         return env
+
+    def _replay(self, principal: str, key: str, digest: str) -> Envelope | None:
+        prior = self.store.find_by_key(principal, key)
+        if prior is None:
+            return None
+        if prior.params_digest != digest:
+            raise Conflict(f"idempotency key {key!r} was first used for execution {prior.execution_id} with another "
+                           "action or other parameters", param="idempotency_key")
+        if prior.envelope is None:
+            raise Conflict(f"idempotency key {key!r}: execution {prior.execution_id} has no recorded outcome (it is "
+                           "running, or it ran and its outcome could not be recorded): not run again",
+                           param="idempotency_key")
+        return prior.envelope
 
     def _check_program(self, program: str) -> None:
         allowlist = self.settings.auth.trigger_program_allowlist if self.settings is not None else []

@@ -7,9 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["PARTIAL", "PARTIAL_EXIT_CODE", "AuditOutcome", "AuditRecord", "Envelope"]
+__all__ = ["PARTIAL", "PARTIAL_EXIT_CODE", "UNRECORDED_EXIT_CODE", "AuditOutcome", "AuditRecord", "Envelope"]
 
-AuditOutcome = Literal["succeeded", "partial", "failed", "dry_run", "refused", "rejected"]
+#: ``intent`` is written before a mutating action acts; its outcome follows as a second
+#: record of the same execution. An intent without one: the outcome is unknown (the action
+#: may have changed Slurm, then failed to record it).
+AuditOutcome = Literal["intent", "succeeded", "partial", "failed", "dry_run", "refused", "rejected"]
 
 #: The status of an execution that changed part of what it was asked to: some nodes
 #: changed and others did not, or Slurm reported an error for a call that changed nodes.
@@ -19,6 +22,9 @@ PARTIAL = "partial"
 #: The exit code of ``slurmtower run`` for a partial outcome (HTTP stays 200: the envelope's
 #: ``status`` and ``exit_code`` say it).
 PARTIAL_EXIT_CODE = 4
+#: The exit code of ``slurmtower run`` when the action ran but its outcome could not be
+#: recorded (the store failed after Slurm changed): ``recorded`` is false, ``stderr`` says so.
+UNRECORDED_EXIT_CODE = 5
 
 
 class Envelope(BaseModel):
@@ -47,6 +53,9 @@ class Envelope(BaseModel):
     dry_run: bool = False
     error: dict[str, Any] | None = None
     """The problem body (RFC 9457) of a failed execution."""
+    recorded: bool = True
+    """False when the action ran (Slurm may have changed) but its outcome could not be
+    written to the store: the audit log holds only its ``intent`` record."""
     http_status: int = Field(default=200, exclude=True)
 
 

@@ -1,8 +1,14 @@
 """The actions of the StackStorm ``slurm`` pack, each over the :class:`SlurmClient`.
 
 Every node action checks that all nodes exist before acting and acts on the whole node set
-with one Slurm call. Mutating actions fill ``run.before``/``run.after`` for the audit log
+with one Slurm call (drain, down and resume: one per distinct reason, when some nodes have
+other holders). Mutating actions fill ``run.before``/``run.after`` for the audit log
 and honour ``dry_run`` by returning what they would do.
+
+Drain, down and resume work on drain holds (:mod:`slurmtower.actions.holds`): a drain adds
+the caller's hold beside the others', a resume releases the caller's and resumes a node only
+when none is left; drain and down pass the circuit breaker first
+(:mod:`slurmtower.actions.breaker`).
 
 Slurm applies a node-state update node by node and answers the whole call with the last
 error it met: ``scontrol update nodename=x[1-1000] state=resume`` over nodes whose slurmd
@@ -16,13 +22,25 @@ not, or when Slurm complained about a call that changed nodes.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
 
-from slurmtower.actions.ownership import holds_node, parse_reason, reason_owner, sanitize_who, tag_reason
+from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, evaluate, refusal
+from slurmtower.actions.holds import Hold, node_holds
+from slurmtower.actions.ownership import (
+    OwnerTag,
+    holds_node,
+    join_reason,
+    reason_owner,
+    sanitize_who,
+    split_reason,
+    tag_reason,
+)
 from slurmtower.actions.params import (
     ConfigGetParams,
     JobFindParams,
@@ -38,12 +56,22 @@ from slurmtower.actions.params import (
     TriggerUnsetParams,
 )
 from slurmtower.actions.registry import Run, action, node_snapshot
-from slurmtower.errors import AccountingUnavailable, Conflict, InvalidInput, NotFound, SlurmRequestError
+from slurmtower.errors import (
+    AccountingUnavailable,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    SlurmRequestError,
+)
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
+from slurmtower.visibility import Visibility
 
 __all__ = ["JOB_CRITERIA_SERVER_SIDE"]
+
+log = logging.getLogger(__name__)
 
 #: job.find criteria squeue applies itself, mapped to :meth:`SlurmClient.job_ids` filters.
 JOB_CRITERIA_SERVER_SIDE = {
@@ -79,6 +107,19 @@ def _existing(run: Run, nodes: str) -> tuple[NodeSet, list[Node]]:
     found = run.client.nodes(ns)  # raises NotFound naming unknown nodes, before anything runs
     run.nodes = str(ns)
     return ns, found
+
+
+def _policy(run: Run) -> Visibility:
+    """The visibility policy (hidden partitions): applied where the actions read Slurm."""
+    return Visibility.from_settings(run.settings) if run.settings is not None else Visibility()
+
+
+def _shown_ids(run: Run, ids: Sequence[int]) -> list[int]:
+    """``ids`` without the live jobs of hidden partitions."""
+    policy = _policy(run)
+    if not policy.hidden_partitions or not ids:
+        return list(ids)
+    return sorted({j.job_id for j in policy.jobs(run.client.queue(job_ids=list(ids)))})
 
 
 def _job_dict(job: Job) -> dict[str, Any]:
@@ -226,7 +267,7 @@ def _find_finished(run: Run, criterias: Mapping[str, Any]) -> list[int]:
 @action("slurm.job.find", JobFindParams, mutating=False, permission="read")
 def job_find(run: Run, p: JobFindParams) -> list[int]:
     """Find jobs matching criterias (job fields); Slurm filters what it can, a list of job ids."""
-    ids = set(_find_live(run, p.criterias))
+    ids = set(_shown_ids(run, _find_live(run, p.criterias)))
     if p.include_finished:
         ids.update(_find_finished(run, p.criterias))
     return sorted(ids)
@@ -241,7 +282,7 @@ def _missing_error(missing: Sequence[int], acct_configured: bool) -> NotFound:
 def job_get(run: Run, p: JobGetParams) -> dict[str, list[dict[str, Any]]]:
     """Get job details keyed by job id; jobs that left slurmctld come from accounting."""
     result: dict[str, list[dict[str, Any]]] = {}
-    for job in run.client.jobs(p.jobids):
+    for job in _policy(run).jobs(run.client.jobs(p.jobids)):
         result.setdefault(str(job.job_id), []).append(_job_dict(job))
     missing = [j for j in p.jobids if str(j) not in result]
     acct = run.accounting() if missing else None
@@ -260,7 +301,7 @@ _STEP_NAMES = {-5: "batch", -4: "extern", -6: "interactive"}
 @action("slurm.job.step.get", JobGetParams, mutating=False, permission="read")
 def job_step_get(run: Run, p: JobGetParams) -> dict[str, dict[str, Any]]:
     """Get job step details keyed by job id, then step id; finished jobs come from accounting."""
-    live = set(run.client.job_ids(job_ids=p.jobids))
+    live = set(_shown_ids(run, run.client.job_ids(job_ids=p.jobids)))
     result: dict[str, dict[str, Any]] = {str(j): {} for j in p.jobids if j in live}
     if live:
         for step in run.client.job_steps(sorted(live)):
@@ -287,60 +328,173 @@ def job_step_get(run: Run, p: JobGetParams) -> dict[str, dict[str, Any]]:
 
 @action("slurm.node.get", NodeGetParams, mutating=False, permission="read")
 def node_get(run: Run, p: NodeGetParams) -> dict[str, dict[str, Any]]:
-    """Get node details keyed by node name, with who holds each node's reason."""
-    _ns, nodes = _existing(run, p.nodes)
-    return {n.name: {**n.model_dump(mode="json"), "state_text": n.state_text, "reason_owner": reason_owner(n)}
+    """Get node details keyed by node name, with who holds each node (its holds, oldest first)."""
+    read_at = _now()
+    _ns, found = _existing(run, p.nodes)
+    nodes = _policy(run).nodes(found)
+    if found and not nodes:  # only nodes of hidden partitions: unknown, as hidden
+        raise NotFound(f"unknown node(s): {p.nodes}", param="nodes")
+    holds = node_holds(run.holds, nodes, read_at=read_at)
+    return {n.name: {**n.model_dump(mode="json"), "state_text": n.state_text, "reason_owner": reason_owner(n),
+                     "holds": [h.as_dict() for h in holds[n.name]]}
             for n in nodes}
 
 
-def _held_by_others(run: Run, nodes: list[Node]) -> list[Node]:
-    """Nodes out of service by someone else's decision (another tag, or no tag at all)."""
-    me = sanitize_who(run.principal)
-    others = []
-    for node in nodes:
-        if not holds_node(node):
-            continue
-        _text, tag = parse_reason(node.reason)
-        if tag is None or tag.who != me:
-            others.append(node)
-    return others
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
-def _refuse(others: list[Node], verb: str) -> Conflict:
-    return Conflict("; ".join(_holder(n) for n in others) + f" — not {verb}; pass force=true to override",
-                    holders={n.name: reason_owner(n) for n in others})
+@contextmanager
+def _holds_locked(run: Run) -> Iterator[None]:
+    """The holds lock of the store around a drain, down or resume (none without a store or
+    for a dry run, which changes nothing)."""
+    store = run.holds
+    if store is None or run.dry_run:
+        yield
+        return
+    with store.lock():
+        yield
+
+
+def _describe(holds: Sequence[Hold]) -> str:
+    return ", ".join(h.holder + (f" ({h.reason!r})" if h.reason else "") for h in holds)
+
+
+def _refuse(others: Mapping[str, Sequence[Hold]], verb: str) -> Conflict:
+    return Conflict("; ".join(f"{n} is held by {_describe(hs)}" for n, hs in others.items())
+                    + f" — not {verb}; pass force=true to release every hold",
+                    holders={n: [h.holder for h in hs] for n, hs in others.items()})
+
+
+def _check_override(run: Run, p: NodeDrainParams | NodeDownParams) -> None:
+    if not p.override_breaker:
+        return
+    if run.via == "rule":
+        raise PermissionDenied("a rule cannot override the circuit breaker (override_breaker): it is there to stop "
+                               "automation; an admin can", param="override_breaker")
+    if run.role is not None and run.role != "admin":
+        raise PermissionDenied(f"override_breaker needs the admin role ({run.principal} is {run.role})",
+                               param="override_breaker")
+
+
+def _record_event(run: Run, kind: str, payload: dict[str, Any], nodes: NodeSet) -> None:
+    """An event in the store's log (the breaker's); a failure is logged, never raised."""
+    if run.store is None:
+        return
+    from slurmtower.events.store import EventStore
+    from slurmtower.models.event import Event
+
+    node = str(nodes) if len(nodes) == 1 else None
+    try:
+        EventStore(run.store.engine, create=False).append(
+            [Event(type=kind, time=_now(), source=run.via, node=node, payload=payload)])
+    except Exception:  # the refusal itself is the answer; the log says the event is missing
+        log.exception("cannot record the event %s", kind)
+
+
+def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action: str) -> dict[str, Any] | None:
+    """Refuse (:class:`BreakerTripped`) a drain or down past the circuit breaker's limits,
+    or note its override; ``None`` when it does not trip (or is off)."""
+    settings = run.settings.actions if run.settings is not None else None
+    if settings is None or not settings.breaker_enabled:
+        return None
+    read_at = _now()
+    every = run.client.nodes()
+    out = [n for n in every if holds_node(n)]
+    tripped = evaluate(settings, every, node_holds(run.holds, out, read_at=read_at), ns, read_at)
+    if not tripped:
+        return None
+    payload = {"action": action, "nodes": str(ns), "principal": run.principal, "via": run.via,
+               "execution_id": run.execution_id, "window": settings.breaker_window,
+               "scopes": [t.as_dict() for t in tripped]}
+    if p.override_breaker:
+        run.stdout.append(f"circuit breaker overridden: {tripped[0].describe()} out of service within "
+                          f"{settings.breaker_window:g} s (limit {tripped[0].limit})")
+        if not run.dry_run:
+            _record_event(run, OVERRIDDEN, payload, ns)
+        return {"overridden": True, "scopes": payload["scopes"]}
+    if not run.dry_run:
+        _record_event(run, TRIPPED, payload, ns)
+    raise refusal(action, tripped, settings.breaker_window)
 
 
 def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[str, Any]:
-    ns, nodes = _existing(run, p.nodes)
-    run.before = node_snapshot(nodes)
-    # Re-draining another owner's node would replace their reason and tag, and so let the
-    # new owner resume it without force: that takeover needs force too.
-    others = _held_by_others(run, nodes)
-    if others and not p.force:
-        raise _refuse(others, "drained" if state == "DRAIN" else "downed")
-    reason = tag_reason(p.reason, who=run.principal, via=run.via)
-    verb = "drain" if state == "DRAIN" else "down"
-    if run.dry_run:
-        run.stdout.append(f"dry run: would {verb} {ns} with reason {reason!r}")
-        return {"nodes": str(ns), "state": state, "reason": reason, "dry_run": True}
-    tag = parse_reason(reason)[1]
-    past = "drained" if state == "DRAIN" else "down"
+    _check_override(run, p)
+    action = "slurm.node.drain" if state == "DRAIN" else "slurm.node.down"
+    with _holds_locked(run):
+        read_at = _now()
+        ns, nodes = _existing(run, p.nodes)
+        run.before = node_snapshot(nodes)
+        current = node_holds(run.holds, nodes, read_at=read_at)
+        me = sanitize_who(run.principal)
+        tag = OwnerTag(me, run.via)
+        plan: dict[str, list[Hold]] = {}
+        taken_over: dict[str, list[str]] = {}
+        for node in nodes:
+            held = current[node.name]
+            mine = [h for h in held if h.who == me]
+            since = min((h.since for h in mine if h.since is not None), default=read_at)
+            new = Hold(node.name, tag.holder, p.reason, since, state, run.execution_id, True)
+            others = [h for h in held if h.who != me]
+            if p.force and others:
+                # Taking over: the others' holds go (today's force), yours is the only one.
+                taken_over[node.name] = [h.holder for h in others]
+                plan[node.name] = [new]
+            elif mine:  # a new reason for your hold: it keeps its place and its start
+                first = held.index(mine[0])
+                plan[node.name] = [new if i == first else h for i, h in enumerate(held) if h.who != me or i == first]
+            else:
+                plan[node.name] = [*held, new]
+        breaker = _breaker(run, p, ns, action)
+        reason = tag_reason(p.reason, who=run.principal, via=run.via)
+        reasons = {name: join_reason([h.part() for h in holds]) for name, holds in plan.items()}
+        with_others = {name: [h.holder for h in holds if h.holder != tag.holder]
+                       for name, holds in plan.items() if len(holds) > 1}
+        verb = "drain" if state == "DRAIN" else "down"
+        result: dict[str, Any] = {"nodes": str(ns), "state": state, "reason": reason,
+                                  "taken_over": [n.name for n in nodes if n.name in taken_over], "owner": tag.holder}
+        if with_others:
+            result["held_with"] = with_others
+        if breaker is not None:
+            result["breaker"] = breaker
+        if run.dry_run:
+            run.stdout.append(f"dry run: would {verb} {ns} with reason {reason!r}")
+            for name, holders in with_others.items():
+                run.stdout.append(f"dry run: {name} is also held by {', '.join(holders)}: reason {reasons[name]!r}")
+            return {**result, "dry_run": True}
+        groups: dict[str, list[str]] = {}
+        for name, text in reasons.items():
+            groups.setdefault(text, []).append(name)
+        past = "drained" if state == "DRAIN" else "down"
+        act = run.client.drain if state == "DRAIN" else run.client.down
 
-    def done(node: Node) -> str | None:
-        held = NodeFlag.DRAIN in node.flags if state == "DRAIN" else node.state is NodeState.DOWN
-        return past if held and parse_reason(node.reason)[1] == tag else None
+        def call() -> None:
+            # One Slurm call per distinct reason: every node without other holders in one.
+            refused: SlurmRequestError | None = None
+            for text, names in groups.items():
+                try:
+                    act(NodeSet(names), reason=text)
+                except SlurmRequestError as exc:
+                    refused = exc
+            if refused is not None:
+                raise refused
 
-    act = run.client.drain if state == "DRAIN" else run.client.down
-    after, outcome, complaint = _act_per_node(run, ns, ns, lambda: act(ns, reason=reason), done)
+        def done(node: Node) -> str | None:
+            reached = NodeFlag.DRAIN in node.flags if state == "DRAIN" else node.state is NodeState.DOWN
+            named = {part.holder for part in split_reason(node.reason)}
+            return past if reached and tag.holder in named else None
+
+        after, outcome, complaint = _act_per_node(run, ns, ns, call, done)
+        if run.holds is not None and outcome.get(past):
+            run.holds.replace({name: plan[name] for name in outcome[past]})
     run.stdout.append(f"{verb}: {outcome.get(past) or 'no node'} ({reason})")
+    for name, holders in with_others.items():
+        run.stdout.append(f"{name} is also held by {', '.join(holders)}")
     if "unchanged" in outcome:
         run.stdout.append(f"unchanged: {outcome['unchanged']}")
     if complaint is not None:
         run.stdout.append(f"Slurm said: {complaint}")
-    return {"nodes": str(ns), "state": state, "reason": reason, "taken_over": [n.name for n in others],
-            "owner": f"slurmtower:{sanitize_who(run.principal)}@{run.via}",
-            "outcome": {k: str(v) for k, v in outcome.items()},
+    return {**result, "outcome": {k: str(v) for k, v in outcome.items()},
             "states": {n.name: n.state_text for n in after}}
 
 
@@ -379,59 +533,121 @@ def _act_per_node(run: Run, acted: NodeSet, read: NodeSet, call: Callable[[], No
 
 @action("slurm.node.drain", NodeDrainParams, mutating=True, permission="operate")
 def node_drain(run: Run, p: NodeDrainParams) -> dict[str, Any]:
-    """Drain nodes with a reason carrying slurmtower's owner tag."""
+    """Drain nodes: your hold (a reason with slurmtower's owner tag) beside any other owner's."""
     return _set_out(run, p, "DRAIN")
 
 
 @action("slurm.node.down", NodeDownParams, mutating=True, permission="operate")
 def node_down(run: Run, p: NodeDownParams) -> dict[str, Any]:
-    """Set nodes down with a reason carrying slurmtower's owner tag."""
+    """Set nodes down: your hold (a reason with slurmtower's owner tag) beside any other owner's."""
     return _set_out(run, p, "DOWN")
-
-
-def _holder(node: Node) -> str:
-    owner = reason_owner(node) or "unknown"
-    text, _tag = parse_reason(node.reason)
-    return f"{node.name} is held by {owner}" + (f" ({text!r})" if text else "")
 
 
 @action("slurm.node.resume", NodeResumeParams, mutating=True, permission="operate")
 def node_resume(run: Run, p: NodeResumeParams) -> dict[str, Any]:
-    """Resume drained or down nodes; nodes held by another owner need force=true."""
-    ns, nodes = _existing(run, p.nodes)
-    run.before = node_snapshot(nodes)
-    held = [n for n in nodes if holds_node(n)]
-    others = _held_by_others(run, nodes)
-    if others and not p.force:
-        raise _refuse(others, "resumed")
-    to_resume = NodeSet([n.name for n in held])
-    skipped = ns - to_resume
-    result: dict[str, Any] = {"nodes": str(to_resume), "skipped": str(skipped) or None,
-                              "forced": [n.name for n in others]}
-    if skipped:
-        run.stdout.append(f"not drained or down, left alone: {skipped}")
-    if not to_resume:
-        run.after = run.before
-        run.stdout.append("nothing to resume")
-        return result
-    if run.dry_run:
-        run.stdout.append(f"dry run: would resume {to_resume}")
-        return {**result, "dry_run": True}
+    """Release your holds of nodes; a node resumes when no hold is left (force=true releases all)."""
+    with _holds_locked(run):
+        read_at = _now()
+        ns, nodes = _existing(run, p.nodes)
+        run.before = node_snapshot(nodes)
+        current = node_holds(run.holds, nodes, read_at=read_at)
+        me = sanitize_who(run.principal)
+        held = [n for n in nodes if holds_node(n)]
+        resume: list[Node] = []
+        keep: dict[str, list[Hold]] = {}
+        released: dict[str, list[str]] = {}
+        others: dict[str, list[Hold]] = {}
+        forced: list[str] = []
+        for node in held:
+            holds = current[node.name]
+            mine = [h for h in holds if h.who == me]
+            rest = [h for h in holds if h.who != me]
+            if p.force:
+                resume.append(node)
+                released[node.name] = [h.holder for h in holds]
+                if rest:
+                    forced.append(node.name)
+            elif not mine:
+                others[node.name] = holds
+            elif rest:
+                keep[node.name] = rest
+                released[node.name] = [h.holder for h in mine]
+            else:
+                resume.append(node)
+                released[node.name] = [h.holder for h in mine]
+        if others:
+            raise _refuse(others, "resumed")
+        to_resume = NodeSet([n.name for n in resume])
+        to_keep = NodeSet(list(keep))
+        skipped = ns - to_resume - to_keep
+        result: dict[str, Any] = {"nodes": str(to_resume), "skipped": str(skipped) or None, "forced": forced}
+        if released:
+            result["released"] = released
+        if keep:
+            # Your hold is gone, the others' stay: the node stays out of service (drained or down).
+            result["still_held"] = {name: [h.as_dict() for h in holds] for name, holds in keep.items()}
+            result["stays_out"] = str(to_keep)
+        if skipped:
+            run.stdout.append(f"not drained or down, left alone: {skipped}")
+        if not to_resume and not to_keep:
+            run.after = run.before
+            run.stdout.append("nothing to resume")
+            return result
+        if run.dry_run:
+            if to_resume:
+                run.stdout.append(f"dry run: would resume {to_resume}")
+            for name, holds in keep.items():
+                run.stdout.append(f"dry run: would release your hold of {name}; it stays out of service, "
+                                  f"held by {_describe(holds)}")
+            return {**result, "dry_run": True}
+        rewrite: dict[str, list[str]] = {}
+        for name, holds in keep.items():
+            rewrite.setdefault(join_reason([h.part() for h in holds]), []).append(name)
+        mine_tags = {name: set(holders) for name, holders in released.items()}
 
-    def done(node: Node) -> str | None:
-        if holds_node(node):
-            return None
-        # Slurm clears DRAIN/FAIL first, then refuses to set a state for a node that never
-        # registered (base state UNKNOWN): it takes jobs once its slurmd registers.
-        return "drain_cleared" if node.state is NodeState.UNKNOWN else "resumed"
+        def call() -> None:
+            refused: SlurmRequestError | None = None
+            if to_resume:
+                try:
+                    run.client.resume(to_resume)
+                except SlurmRequestError as exc:
+                    refused = exc
+            for text, names in rewrite.items():  # the reason names the holds left, the state stays
+                try:
+                    run.client.update_nodes(NodeSet(names), reason=text)
+                except SlurmRequestError as exc:
+                    refused = exc
+            if refused is not None:
+                raise refused
 
-    after, outcome, complaint = _act_per_node(run, to_resume, ns, lambda: run.client.resume(to_resume), done)
+        def done(node: Node) -> str | None:
+            if node.name in keep:
+                named = {part.holder for part in split_reason(node.reason)}
+                return "still_held" if holds_node(node) and not named & mine_tags[node.name] else None
+            if holds_node(node):
+                return None
+            # Slurm clears DRAIN/FAIL first, then refuses to set a state for a node that never
+            # registered (base state UNKNOWN): it takes jobs once its slurmd registers.
+            return "drain_cleared" if node.state is NodeState.UNKNOWN else "resumed"
+
+        after, outcome, complaint = _act_per_node(run, to_resume | to_keep, ns, call, done)
+        if run.holds is not None:
+            gone: dict[str, list[Hold]] = {}
+            for what, names in outcome.items():
+                if what in ("resumed", "drain_cleared"):
+                    gone.update({name: [] for name in names})
+                elif what == "still_held":
+                    gone.update({name: keep[name] for name in names})
+            run.holds.replace(gone)
     # Resuming sets NOT_RESPONDING until slurmd registers again: only the state before tells
     # whose slurmd was not answering (or never registered: UNKNOWN, flagged only once a ping
     # has failed).
-    silent = NodeSet([n.name for n in held if NodeFlag.NOT_RESPONDING in n.flags or n.state is NodeState.UNKNOWN])
+    silent = NodeSet([n.name for n in resume if NodeFlag.NOT_RESPONDING in n.flags or n.state is NodeState.UNKNOWN])
     for what, names in outcome.items():
         run.stdout.append(f"{what.replace('_', ' ')}: {names}")
+    for name, holds in keep.items():
+        if name in outcome.get("still_held", NodeSet()):
+            run.stdout.append(f"{name} stays out of service: still held by {_describe(holds)}")
     if silent:
         run.stdout.append(f"not responding before the resume (in service once their slurmd registers): {silent}")
     if complaint is not None:

@@ -36,6 +36,8 @@ __all__ = [
     "ReservationProps",
     "TriggerSetParams",
     "TriggerUnsetParams",
+    "canonical_program",
+    "clean_path",
 ]
 
 #: Reservation flags of Slurm 22.05 (scontrol(1), "Flags=").
@@ -92,7 +94,7 @@ def _reason(value: str) -> str:
     if any(c in text for c in "\n\r\t"):
         raise ValueError("reason must be one line")
     if contains_tag(text):
-        raise ValueError("reason must not carry a [slurmtower:...] owner tag; slurmtower adds it")
+        raise ValueError("reason must not carry an owner tag ([slurmtower:...], [user:...]); slurmtower adds it")
     if len(text) > 200:
         raise ValueError("reason is longer than 200 characters")
     return text
@@ -132,25 +134,37 @@ class NodeGetParams(_Params):
     nodes: NodeSetText = Field(description="Nodes to query (n[1-4] or a list).")
 
 
+_TAKE_OVER = ("Take the nodes over: release every other owner's hold (outside ones too), so that yours is "
+              "the only one. Without it your hold is added beside theirs.")
+_OVERRIDE = ("Go on even when the circuit breaker would refuse (too many nodes of a partition or of the "
+             "cluster out of service within actions.breaker_window): admin only, never from a rule.")
+
+
 class NodeDrainParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to drain.")
     reason: str = Field(default="slurmtower: Drained using slurm.node.drain action",
-                        description="Why; Slurm shows it with slurmtower's owner tag appended.")
-    force: bool = Field(default=False, description="Take over nodes already drained or downed by another owner.")
+                        description="Why; Slurm shows it with slurmtower's owner tag appended (beside the "
+                                    "other holders' reasons of a node already held).")
+    force: bool = Field(default=False, description=_TAKE_OVER)
+    override_breaker: bool = Field(default=False, description=_OVERRIDE)
     _check_reason = field_validator("reason")(_reason)
 
 
 class NodeDownParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to set down.")
     reason: str = Field(default="slurmtower: Downed using slurm.node.down action",
-                        description="Why; Slurm shows it with slurmtower's owner tag appended.")
-    force: bool = Field(default=False, description="Take over nodes already drained or downed by another owner.")
+                        description="Why; Slurm shows it with slurmtower's owner tag appended (beside the "
+                                    "other holders' reasons of a node already held).")
+    force: bool = Field(default=False, description=_TAKE_OVER)
+    override_breaker: bool = Field(default=False, description=_OVERRIDE)
     _check_reason = field_validator("reason")(_reason)
 
 
 class NodeResumeParams(_Mutating):
-    nodes: NodeSetText = Field(description="Nodes to resume.")
-    force: bool = Field(default=False, description="Resume even nodes drained or downed by another owner.")
+    nodes: NodeSetText = Field(description="Nodes to resume: your hold is released, and a node resumes once "
+                                           "no hold is left (it stays drained while others hold it).")
+    force: bool = Field(default=False, description="Release every hold of the nodes (other owners' and "
+                                                   "outside ones too) and resume them.")
 
 
 class NodeUpdateParams(_Mutating):
@@ -239,6 +253,40 @@ class NodeUnreserveParams(_Mutating):
     _check_name = field_validator("reservation_name")(_resv_name)
 
 
+def clean_path(path: str) -> str | None:
+    """``path`` with ``//`` and ``/./`` collapsed (``/`` stays ``/``); ``None`` when it is not
+    absolute or has a ``..`` component (never resolved lexically: through a symlink ``..``
+    leads elsewhere than the text says)."""
+    if not path.startswith("/"):
+        return None
+    parts = path.split("/")
+    if ".." in parts:
+        return None
+    return "/" + "/".join(p for p in parts if p not in ("", "."))
+
+
+def canonical_program(value: str) -> str:
+    """A trigger program with its executable in canonical form (:func:`clean_path`).
+
+    slurmctld splits the program on spaces and runs the first word as SlurmUser, without a
+    shell. Raises :class:`ValueError` for a relative executable, a ``..`` component, or
+    whitespace other than spaces and control characters (which slurmctld would keep inside
+    a word).
+    """
+    text = value.strip(" ")
+    if any(not c.isprintable() for c in text):
+        raise ValueError("program must be one line of printable text, its words separated by spaces")
+    executable, sep, args = text.partition(" ")
+    if not executable.startswith("/"):
+        raise ValueError("program must start with an absolute path")
+    clean = clean_path(executable)
+    if clean is None:
+        raise ValueError("program's path must not contain a '..' component")
+    if clean == "/":
+        raise ValueError("program must name a file, not /")
+    return clean + sep + args
+
+
 class TriggerSetParams(_Mutating):
     program: str = Field(description="Absolute path of the program (with arguments) Slurm runs.")
     jobid: int | None = Field(default=None, gt=0, description="Job to hook (with fini).")
@@ -251,12 +299,7 @@ class TriggerSetParams(_Mutating):
     @field_validator("program")
     @classmethod
     def _program(cls, value: str) -> str:
-        text = value.strip()
-        if not text.startswith("/"):
-            raise ValueError("program must start with an absolute path")
-        if any(c in text for c in "\n\r\0"):
-            raise ValueError("program must be one line")
-        return text
+        return canonical_program(value)
 
     @field_validator("event")
     @classmethod

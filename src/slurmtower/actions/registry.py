@@ -13,6 +13,8 @@ from slurmtower.models import Node
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
+    from slurmtower.actions.holds import HoldStore
+    from slurmtower.actions.store import ActionStore
     from slurmtower.settings import Settings
     from slurmtower.slurm import SlurmClient
 
@@ -40,10 +42,25 @@ class Run:
     partial: str | None = None
     """Set by an action that changed only part of what it was asked to (why, in one line):
     the execution ends ``partial`` instead of ``succeeded``."""
+    store: ActionStore | None = None
+    """The action store (its engine also holds the node holds and the event log)."""
+    execution_id: str | None = None
+    role: str | None = None
+    """The caller's role over HTTP (``reader``, ``operator``, ``admin``); ``None`` for the CLI
+    and rules, whose rights are Slurm's own (the CLI) or the rule file's."""
 
     def accounting(self) -> AccountingDB | None:
         """The accounting reader, or ``None`` when none is configured."""
         return self.accounting_factory() if self.accounting_factory is not None else None
+
+    @property
+    def holds(self) -> HoldStore | None:
+        """The node holds of the store (``None`` without a store)."""
+        if self.store is None:
+            return None
+        from slurmtower.actions.holds import HoldStore
+
+        return HoldStore(self.store.engine)
 
 
 @dataclass(frozen=True)

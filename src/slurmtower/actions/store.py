@@ -1,75 +1,41 @@
 """The action store: every execution's envelope, and the append-only audit log of mutations.
 
 SQLAlchemy Core over any URL; the default is SQLite under ``state_dir``
-(:meth:`Settings.effective_store_url`). Two tables, created when missing:
+(:meth:`Settings.effective_store_url`). Two tables of :mod:`slurmtower.store.schema`:
 
-* ``action_executions``: one row per execution (``GET /executions/{id}``);
-* ``action_audit``: one row per mutating action, including dry runs, refusals and failures.
+* ``action_executions``: one row per execution (``GET /executions/{id}``): a mutating one
+  written ``running`` before it acts (:meth:`ActionStore.record_intent`) and completed after
+  (:meth:`ActionStore.record_outcome`); read-only ones only when ``actions.record_reads``;
+  purged after ``actions.retention_days`` (:meth:`ActionStore.purge_executions`);
+* ``action_audit``: append-only; per mutating action an ``intent`` record before it acts and
+  its outcome after (dry runs, refusals and failures included); a rejected one (bad input)
+  has only its outcome.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Column,
-    DateTime,
-    Engine,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    insert,
-    select,
-)
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
-from slurmtower.errors import InvalidInput, SlurmtowerError
-from slurmtower.storage import make_store_engine
+from slurmtower.errors import Conflict, InvalidInput, SlurmtowerError
+from slurmtower.store.engine import make_store_engine
+from slurmtower.store.schema import action_audit as audit
+from slurmtower.store.schema import action_executions as executions
 
-__all__ = ["ActionStore", "StoreError"]
+__all__ = ["RUNNING", "ActionStore", "KeyTaken", "KeyedExecution", "StoreError"]
 
-metadata = MetaData()
+#: The ``status`` of an execution row written before acting and not completed since: the
+#: action is running, or it ran and its outcome could not be recorded.
+RUNNING = "running"
 
-executions = Table(
-    "action_executions",
-    metadata,
-    Column("execution_id", String(64), primary_key=True),
-    Column("action", String(64), nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("principal", String(255), nullable=False),
-    Column("via", String(8), nullable=False),
-    Column("dry_run", Boolean, nullable=False, default=False),
-    Column("started_at", DateTime(timezone=True), nullable=False),
-    Column("ended_at", DateTime(timezone=True), nullable=False),
-    Column("envelope", Text, nullable=False),
-)
-
-audit = Table(
-    "action_audit",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("execution_id", String(64), nullable=False),
-    Column("at", DateTime(timezone=True), nullable=False),
-    Column("who", String(255), nullable=False),
-    Column("via", String(8), nullable=False),
-    Column("action", String(64), nullable=False),
-    Column("parameters", JSON, nullable=False),
-    Column("nodes", Text, nullable=True),
-    Column("before", JSON, nullable=False),
-    Column("after", JSON, nullable=False),
-    Column("outcome", String(16), nullable=False),
-    Column("message", Text, nullable=False, default=""),
-    Index("ix_action_audit_who", "who"),
-    Index("ix_action_audit_action", "action"),
-)
+log = logging.getLogger(__name__)
 
 
 def _aware(value: datetime) -> datetime:
@@ -87,19 +53,39 @@ class StoreError(SlurmtowerError):
     title = "action store unavailable"
 
 
+class KeyTaken(Conflict):
+    """Another execution of this principal already holds the idempotency key."""
+
+
+@dataclass(frozen=True)
+class KeyedExecution:
+    """The execution an idempotency key was first used for."""
+
+    execution_id: str
+    params_digest: str | None
+    envelope: Envelope | None
+    """``None`` while the row is ``running`` (no outcome recorded)."""
+
+
 class ActionStore:
     """Executions and audit records in one SQLAlchemy database.
 
-    Raises :class:`ConfigError` for a malformed URL; database failures raise an error of
-    the slurmtower tree (503 / exit 69).
+    Raises :class:`ConfigError` for a malformed URL, :class:`StoreSchemaError` (a
+    ``ConfigError``) for a store at another schema revision
+    (:func:`slurmtower.store.migrate.check_or_create`); database failures raise an error
+    of the slurmtower tree (503 / exit 69).
     """
 
     def __init__(self, url: str) -> None:
+        from slurmtower.store.migrate import check_or_create
+
         self.engine: Engine = make_store_engine(url)
         try:
-            metadata.create_all(self.engine)
+            check_or_create(self.engine)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the action store: {exc.__class__.__name__}: {exc}") from exc
+            # The database's own text (paths, SQL) is for the log; the problem says what failed.
+            log.warning("cannot open the action store: %s: %s", type(exc).__name__, exc)
+            raise StoreError(f"cannot open the action store: {type(exc).__name__} (the log has the details)") from exc
 
     def close(self) -> None:
         self.engine.dispose()
@@ -126,15 +112,101 @@ class ActionStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot record execution: {exc.__class__.__name__}") from exc
 
-    def get_execution(self, execution_id: str) -> Envelope | None:
+    def record_intent(
+        self,
+        *,
+        execution_id: str,
+        action: str,
+        principal: str,
+        via: str,
+        dry_run: bool,
+        started_at: datetime,
+        audit_record: dict[str, Any],
+        idempotency_key: str | None = None,
+        params_digest: str | None = None,
+    ) -> None:
+        """Before a mutating action acts: its ``running`` execution row and its ``intent``
+        audit record, in one transaction.
+
+        Raises :class:`KeyTaken` when this principal's ``idempotency_key`` is already used,
+        :class:`StoreError` when the store cannot be written (the caller must not act).
+        """
+        row = {
+            "execution_id": execution_id, "action": action, "status": RUNNING, "principal": principal,
+            "via": via, "dry_run": dry_run, "started_at": started_at, "ended_at": started_at, "envelope": "",
+            "idempotency_key": idempotency_key, "params_digest": params_digest,
+        }
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(executions).values(**row))
+                conn.execute(insert(audit).values(**self._audit_row(**audit_record)))
+        except IntegrityError as exc:
+            if idempotency_key is not None and self.find_by_key(principal, idempotency_key) is not None:
+                raise KeyTaken(f"idempotency key {idempotency_key!r} is already in use",
+                               param="idempotency_key") from None
+            raise StoreError(f"cannot record the intent: {exc.__class__.__name__}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot record the intent: {exc.__class__.__name__}") from exc
+
+    def record_outcome(self, envelope: Envelope, *, audit_record: dict[str, Any] | None) -> None:
+        """After acting: complete the execution row :meth:`record_intent` wrote, and append
+        the outcome's audit record, in one transaction (:class:`StoreError` when it fails:
+        the intent stays, the outcome unknown)."""
+        values = {"status": envelope.status, "ended_at": envelope.end_time,
+                  "envelope": envelope.model_dump_json()}
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(update(executions).where(executions.c.execution_id == envelope.execution_id)
+                                    .values(**values))
+                if done.rowcount != 1:
+                    raise StoreError(f"execution {envelope.execution_id} has no intent row")
+                if audit_record is not None:
+                    conn.execute(insert(audit).values(**self._audit_row(**audit_record)))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot record the outcome: {exc.__class__.__name__}") from exc
+
+    def find_by_key(self, principal: str, idempotency_key: str) -> KeyedExecution | None:
+        """The execution ``principal`` first ran with ``idempotency_key``, if any."""
+        stmt = select(executions.c.execution_id, executions.c.params_digest, executions.c.status,
+                      executions.c.envelope).where(executions.c.principal == principal,
+                                                   executions.c.idempotency_key == idempotency_key)
         try:
             with self.engine.connect() as conn:
-                text = conn.execute(
-                    select(executions.c.envelope).where(executions.c.execution_id == execution_id)
-                ).scalar_one_or_none()
+                row = conn.execute(stmt).first()
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot read executions: {exc.__class__.__name__}") from exc
-        return Envelope.model_validate_json(text) if text is not None else None
+        if row is None:
+            return None
+        envelope = None if row.status == RUNNING else Envelope.model_validate_json(row.envelope)
+        return KeyedExecution(execution_id=row.execution_id, params_digest=row.params_digest, envelope=envelope)
+
+    def purge_executions(self, *, older_than: datetime) -> int:
+        """Delete the executions started before ``older_than`` (the audit log is kept);
+        returns how many."""
+        try:
+            with self.engine.begin() as conn:
+                result = conn.execute(delete(executions).where(executions.c.started_at < older_than))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot purge executions: {exc.__class__.__name__}") from exc
+        return int(result.rowcount or 0)
+
+    def get_execution(self, execution_id: str) -> Envelope | None:
+        """The envelope of an execution; :class:`Conflict` for one that has no recorded
+        outcome (running, or its outcome could not be recorded)."""
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    select(executions.c.status, executions.c.envelope).where(executions.c.execution_id == execution_id)
+                ).first()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot read executions: {exc.__class__.__name__}") from exc
+        if row is None:
+            return None
+        if row.status == RUNNING:
+            raise Conflict(f"execution {execution_id} has no recorded outcome: it is running, or it ran and "
+                           "its outcome could not be recorded (see its intent in the audit log)",
+                           param="execution_id")
+        return Envelope.model_validate_json(row.envelope)
 
     def append_audit(
         self,

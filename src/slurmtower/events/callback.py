@@ -62,6 +62,7 @@ __all__ = [
     "parse_callback",
     "sign_request",
     "triggered_event",
+    "write_key",
 ]
 
 HEADER_TIMESTAMP = "X-Slurmtower-Timestamp"
@@ -148,6 +149,21 @@ def generate_key(path: str | os.PathLike[str], *, owner: str | None = None, grou
         shutil.chown(p, user=owner)
     if group is not None:
         shutil.chown(p, group=group)
+    return p
+
+
+def write_key(path: str | os.PathLike[str], key: str, *, owner: str | None = None) -> Path:
+    """Write ``key`` to the key file atomically (a new file of mode 0600, then renamed over
+    the old one), owned by ``owner`` when given: the deployment's key, kept in its store."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.strip() + "\n")
+    if owner is not None:
+        shutil.chown(tmp, user=owner)
+    os.replace(tmp, p)
     return p
 
 

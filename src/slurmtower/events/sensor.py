@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import socket
 import threading
 import time
 import uuid
@@ -58,6 +59,7 @@ from slurmtower.events.callback import (
     load_key,
     parse_callback,
     triggered_event,
+    write_key,
 )
 from slurmtower.events.store import EventStore
 from slurmtower.events.transitions import NodeSnapshot
@@ -65,6 +67,7 @@ from slurmtower.models import Node
 from slurmtower.models.event import SECURITY, SENSOR_DOWN, SENSOR_UP, Event
 from slurmtower.settings import Settings
 from slurmtower.slurm import SlurmClient
+from slurmtower.store.deployment import deployment_value
 
 __all__ = [
     "ArmedTrigger",
@@ -79,6 +82,9 @@ log = logging.getLogger(__name__)
 
 #: A node trigger event name -> the callback's trigger type (the seed's names).
 _NODE_EVENTS = ("down", "drained", "up", "fail", "idle")
+
+#: Refused callbacks are aggregated per source address over windows of this many seconds.
+REFUSAL_WINDOW = 60.0
 
 
 def notify_program_file(settings: Settings) -> Path:
@@ -162,7 +168,12 @@ class Sensor:
         self.store = store
         self.rules = rules
         self.arm_triggers = arm_triggers
-        self.uuid = str(uuid.uuid4())
+        self._uuid: str | None = None
+        #: Whether this process leads the deployment (rules run only there); set by the
+        #: service (``None``: a sensor alone, which always does).
+        self.leading: Callable[[], bool] | None = None
+        #: This process's name in the events it records (``host:pid:...``).
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
         self._clock = clock or (lambda: datetime.now(UTC))
         self._observe_lock = threading.Lock()
         self._rules_lock = threading.Lock()
@@ -174,6 +185,20 @@ class Sensor:
         #: The node list recorded last (the sensor is the store's only recorder of states).
         self._recorded: list[Node] | None = None
         self.listeners: list[Callable[[list[Event]], None]] = []
+        #: Refused callbacks counted per (address, minute) until the minute is over.
+        self._refusals: dict[tuple[str, int], dict[str, Any]] = {}
+        self._refusals_lock = threading.Lock()
+
+    @property
+    def uuid(self) -> str:
+        """The deployment's sensor UUID: one for every process on this store (any of them
+        accepts a callback), kept in the store so it survives restarts and failovers."""
+        if self._uuid is None:
+            value = deployment_value(self.store.engine, "sensor_uuid", lambda: str(uuid.uuid4()),
+                                     schema=self.store.schema)
+            assert value is not None
+            self._uuid = value
+        return self._uuid
 
     # -- files --------------------------------------------------------------------------
 
@@ -194,10 +219,28 @@ class Sensor:
         return name
 
     def ensure_key(self) -> bytes:
-        """Create the key file (0600, owned by SlurmUser when running as root) and load it."""
+        """The deployment's callback key, in the store and in the key file (0600, owned by
+        SlurmUser when running as root) for the notify program.
+
+        The first process keeps the key of an existing key file (an upgrade keeps its
+        triggers working) or a new one in the store; every process then verifies callbacks
+        with the stored key and rewrites its key file when it differs.
+        """
         owner = self._slurm_user() if os.geteuid() == 0 else None
-        generate_key(self.key_file, owner=owner)
-        return load_key(self.key_file)
+
+        def from_file() -> str:
+            generate_key(self.key_file, owner=owner)
+            return load_key(self.key_file).decode()
+
+        key = deployment_value(self.store.engine, "sensor_key", from_file, schema=self.store.schema)
+        assert key is not None
+        try:
+            current = load_key(self.key_file).decode()
+        except ConfigError:
+            current = None
+        if current != key:
+            write_key(self.key_file, key, owner=owner)
+        return key.encode()
 
     def verifier(self) -> CallbackVerifier:
         """The callback verifier (loads or creates the key on first use)."""
@@ -242,6 +285,10 @@ class Sensor:
             return False
         if words[1] == str(self.notify_program):
             return True
+        if "--sensor-uuid" in words and words.index("--sensor-uuid") + 1 < len(words):
+            # Armed by another process of this deployment (another host's state dir): ours
+            # to keep or replace, never a second set.
+            return words[words.index("--sensor-uuid") + 1] == self.uuid
         # An orphan: the notify program of a slurmtower whose state dir is gone (its
         # trigger can only fail every time it fires).
         return words[1].endswith("/slurmtower-notify.py") and not Path(words[1]).exists()
@@ -267,15 +314,36 @@ class Sensor:
         return wanted
 
     def arm(self) -> list[ArmedTrigger]:
-        """Replace stale triggers of this installation by fresh PERM ones for this sensor."""
-        self.clear_stale_triggers()
+        """Make the armed triggers exactly the wanted ones: keep those of this deployment
+        that are already set (a new leader after a failover finds its predecessor's), arm
+        the missing ones, clear every other trigger of this installation (stale UUIDs,
+        duplicates)."""
+        wanted = {(self.program_line(klass, ev), "" if job_id is None else str(job_id)): (ev, job_id)
+                  for klass, ev, job_id in self._wanted_triggers()}
+        kept: dict[tuple[str, str], ArmedTrigger] = {}
+        stale: list[int] = []
+        for trig in self.client.triggers():
+            if not self._is_ours(trig.program):
+                continue
+            key = (trig.program, trig.res_id if trig.res_type == "job" else "")
+            ev_job = wanted.get(key)
+            if ev_job is None or key in kept or trig.is_permanent != (ev_job[1] is None):
+                stale.append(trig.trigger_id)
+            else:
+                kept[key] = ArmedTrigger(trig.trigger_id, ev_job[0], trig.program)
+        if stale:
+            self.client.clear_triggers(stale)
         armed: list[ArmedTrigger] = []
-        for klass, ev, job_id in self._wanted_triggers():
-            program = self.program_line(klass, ev)
+        for key, (ev, job_id) in wanted.items():
+            if key in kept:
+                armed.append(kept[key])
+                continue
             # A job trigger is one-shot by nature (a job ends once).
-            tid = self.client.set_trigger(event=ev, program=program, job_id=job_id, perm=job_id is None)
-            armed.append(ArmedTrigger(tid, ev, program))
+            tid = self.client.set_trigger(event=ev, program=key[0], job_id=job_id, perm=job_id is None)
+            armed.append(ArmedTrigger(tid, ev, key[0]))
         self.armed = armed
+        log.info("sensor %s: %d triggers kept, %d armed, %d stale cleared", self.uuid, len(kept),
+                 len(armed) - len(kept), len(stale))
         return armed
 
     def disarm(self) -> None:
@@ -296,6 +364,7 @@ class Sensor:
             source="sensor",
             payload={
                 "uuid": self.uuid,
+                "process": self.process,
                 "triggers": [{"id": t.trigger_id, "event": t.event} for t in self.armed],
                 "poll_interval": self.settings.events.poll_interval,
             },
@@ -305,18 +374,23 @@ class Sensor:
         log.info("sensor %s up: %d triggers armed", self.uuid, len(self.armed))
         return stored
 
-    def stop(self) -> list[Event]:
-        """Clear the triggers and record ``slurm.sensor.trigger.down`` (a clean stop)."""
+    def stop(self, *, disarm: bool = True) -> list[Event]:
+        """Clear the triggers and record ``slurm.sensor.trigger.down`` (a clean stop).
+
+        ``disarm=False`` leaves the triggers armed: this process stopped leading and
+        another may already have taken them over.
+        """
         if not self.started:
             return []
+        self.started = False
         try:
-            if self.arm_triggers:
+            if self.arm_triggers and disarm:
                 self.disarm()
         except SlurmtowerError as exc:  # still record that the sensor stopped
             log.warning("sensor %s could not clear its triggers: %s", self.uuid, exc.message)
-        down = Event(type=SENSOR_DOWN, time=self._clock(), source="sensor", payload={"uuid": self.uuid})
+        down = Event(type=SENSOR_DOWN, time=self._clock(), source="sensor",
+                     payload={"uuid": self.uuid, "disarmed": bool(self.arm_triggers and disarm)})
         stored = self.store.append([down])
-        self.started = False
         self._notify(stored)
         return stored
 
@@ -351,8 +425,9 @@ class Sensor:
         return self.observe("poll")
 
     def run_rules(self) -> None:
-        """Run the rule engine over every event logged since its cursor."""
-        if self.rules is None:
+        """Run the rule engine over every event logged since its cursor (on the leader:
+        a follower that records a callback leaves its events to the leader's next round)."""
+        if self.rules is None or (self.leading is not None and not self.leading()):
             return
         with self._rules_lock:
             self.rules.process_pending()
@@ -397,29 +472,78 @@ class Sensor:
 
     def record_refusal(
         self, exc: SlurmtowerError, *, method: str, path: str, client_addr: str | None
-    ) -> Event:
-        """Record a refused callback as a ``slurmtower.security`` event."""
+    ) -> Event | None:
+        """Record a refused callback as a ``slurmtower.security`` event, aggregated.
+
+        The first refusal from an address in a minute is recorded at once (and logged);
+        the next ones of that minute are only counted, and recorded as one event with their
+        count when the minute is over (:meth:`flush_refusals`): a flood of forged calls
+        costs two rows and two log lines per source and minute, not one per request.
+        Returns the event stored now, if any.
+        """
+        reason = exc.extra.get("reason") or ("malformed" if exc.http_status == 400 else "refused")
+        now = self._clock()
+        minute = int(now.timestamp() // REFUSAL_WINDOW)
+        key = (client_addr or "?", minute)
+        self.flush_refusals(now)
+        with self._refusals_lock:
+            window = self._refusals.get(key)
+            if window is not None:
+                window["count"] += 1
+                window["reasons"][reason] = window["reasons"].get(reason, 0) + 1
+                window["last"] = now
+                return None
+            self._refusals[key] = {"count": 0, "reasons": {}, "first": now, "last": now, "path": path[:500],
+                                   "method": method}
         payload: dict[str, Any] = {
             "what": "callback_refused",
             "status": exc.http_status,
-            "reason": exc.extra.get("reason") or ("malformed" if exc.http_status == 400 else "refused"),
+            "reason": reason,
             "detail": exc.message,
             "param": exc.extra.get("param"),
             "method": method,
             "path": path[:500],
             "client": client_addr,
+            "count": 1,
         }
-        event = Event(type=SECURITY, time=self._clock(), source="security", payload=payload)
+        event = Event(type=SECURITY, time=now, source="security", payload=payload)
         stored = self.store.append([event])
-        log.warning("refused trigger callback %s %s from %s: %s", method, path[:200], client_addr,
-                    exc.message)
+        log.warning("refused trigger callback %s %s from %s: %s (more from this address in the next "
+                    "minute are counted, not logged)", method, path[:200], client_addr, exc.message)
         self._notify(stored)
         return stored[0]
+
+    def flush_refusals(self, now: datetime | None = None) -> list[Event]:
+        """Record the counted refusals of every minute that is over (one event per source)."""
+        now = now or self._clock()
+        minute = int(now.timestamp() // REFUSAL_WINDOW)
+        with self._refusals_lock:
+            done = [k for k in self._refusals if k[1] < minute]
+            closed = [(k, self._refusals.pop(k)) for k in done]
+        events = [
+            Event(type=SECURITY, time=now, source="security", payload={
+                "what": "callback_refused", "repeated": True, "client": addr, "count": w["count"],
+                "reasons": w["reasons"], "method": w["method"], "path": w["path"],
+                "first": w["first"].isoformat(), "last": w["last"].isoformat(),
+                "window_start": datetime.fromtimestamp(m * REFUSAL_WINDOW, UTC).isoformat(),
+            })
+            for (addr, m), w in closed if w["count"] > 0
+        ]
+        if not events:
+            return []
+        stored = self.store.append(events)
+        for ev in stored:
+            log.warning("refused %d more trigger callbacks from %s in the minute from %s", ev.payload["count"],
+                        ev.payload["client"], ev.payload["window_start"])
+        self._notify(stored)
+        return stored
 
     def status(self) -> dict[str, Any]:
         """What the sensor is doing (for ``/events/sensor``)."""
         return {
             "uuid": self.uuid,
+            "process": self.process,
+            "leading": self.leading() if self.leading is not None else self.started,
             "started": self.started,
             "triggers": [{"id": t.trigger_id, "event": t.event} for t in self.armed],
             "poll_interval": self.settings.events.poll_interval,

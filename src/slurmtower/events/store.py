@@ -1,7 +1,7 @@
 """The event store: slurmtower's append-only event log and the state that must survive with it.
 
-SQLAlchemy Core over any URL (SQLite by default, PostgreSQL tested). Five tables, all in
-slurmtower's *own* database (never slurmdbd's):
+SQLAlchemy Core over any URL (SQLite by default, PostgreSQL tested). Five tables of
+slurmtower's *own* store (never slurmdbd's), defined in :mod:`slurmtower.store.schema`:
 
 ``events``
     append-only log, integer ids that only increase (SQLite ``AUTOINCREMENT`` so ids are
@@ -27,23 +27,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Column,
-    DateTime,
-    Dialect,
     Engine,
-    Index,
-    Integer,
-    MetaData,
-    String,
     Table,
-    Text,
     delete,
     func,
     insert,
@@ -53,38 +44,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.types import TypeDecorator
 
 from slurmtower.errors import InvalidInput, NotFound
 from slurmtower.events.transitions import NodeSnapshot, diff_states
 from slurmtower.models.event import Event, RuleRun
-from slurmtower.storage import make_store_engine
+from slurmtower.store import schema as _schema
+from slurmtower.store.engine import READ_ONLY, make_store_engine
 
-__all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult"]
+__all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult", "notify_channel"]
 
 MAX_QUERY_LIMIT = 10_000
-
-_ID = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class _UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite keeps naive UTC text)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the event store; use timezone-aware UTC")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -98,7 +67,6 @@ class PurgeResult:
 
 @dataclass(frozen=True)
 class _Tables:
-    metadata: MetaData
     events: Table
     node_states: Table
     nonces: Table
@@ -106,67 +74,18 @@ class _Tables:
     cursors: Table
 
 
-def _tables(schema: str | None) -> _Tables:
-    md = MetaData(schema=schema)
-    events = Table(
-        "events",
-        md,
-        Column("id", _ID, primary_key=True, autoincrement=True),
-        Column("type", String(200), nullable=False),
-        Column("time", _UTCDateTime(), nullable=False),
-        Column("source", String(32), nullable=False),
-        Column("node", String(255), nullable=True),
-        Column("payload", JSON(), nullable=False),
-        Index("ix_events_time", "time"),
-        Index("ix_events_type_id", "type", "id"),
-        Index("ix_events_node_id", "node", "id"),
-        sqlite_autoincrement=True,
-    )
-    node_states = Table(
-        "node_states",
-        md,
-        Column("node", String(255), primary_key=True),
-        Column("state", String(64), nullable=False),
-        Column("flags", JSON(), nullable=False),
-        Column("reason", Text(), nullable=True),
-        Column("reason_owner", String(255), nullable=True),
-        Column("observed_at", _UTCDateTime(), nullable=False),
-    )
-    nonces = Table(
-        "callback_nonces",
-        md,
-        Column("nonce", String(128), primary_key=True),
-        Column("expires_at", _UTCDateTime(), nullable=False),
-        Index("ix_callback_nonces_expires_at", "expires_at"),
-    )
-    rule_runs = Table(
-        "rule_runs",
-        md,
-        Column("id", _ID, primary_key=True, autoincrement=True),
-        Column("rule", String(255), nullable=False),
-        Column("event_id", BigInteger(), nullable=True),
-        Column("node", String(255), nullable=True),
-        Column("action_ref", String(255), nullable=False),
-        Column("started_at", _UTCDateTime(), nullable=False),
-        Column("ended_at", _UTCDateTime(), nullable=False),
-        Column("outcome", String(32), nullable=False),
-        Column("envelope", JSON(), nullable=False),
-        Index("ix_rule_runs_rule_started", "rule", "started_at"),
-        Index("ix_rule_runs_event_id", "event_id"),
-        sqlite_autoincrement=True,
-    )
-    cursors = Table(
-        "event_cursors",
-        md,
-        Column("name", String(100), primary_key=True),
-        Column("last_id", BigInteger(), nullable=False),
-        Column("updated_at", _UTCDateTime(), nullable=False),
-    )
-    return _Tables(md, events, node_states, nonces, rule_runs, cursors)
+_TABLES = _Tables(
+    _schema.events, _schema.node_states, _schema.callback_nonces, _schema.rule_runs, _schema.event_cursors
+)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def notify_channel(schema: str | None) -> str:
+    """The PostgreSQL NOTIFY channel of a store's new events (one per schema)."""
+    return f"slurmtower_events_{schema}"[:63] if schema else "slurmtower_events"
 
 
 class EventStore:
@@ -175,34 +94,47 @@ class EventStore:
     Args:
         url: SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://...``) or an
             :class:`~sqlalchemy.Engine`. ``sqlite://`` is an in-memory store.
-        schema: database schema to hold the tables (PostgreSQL), default the search path.
-        create: create missing tables (``create_all``; only ever on slurmtower's own store).
+        schema: database schema to hold the tables (PostgreSQL), default the search path;
+            the store's tables are mapped to it with ``schema_translate_map``.
+        create: check the store's schema revision at start, creating an empty store
+            (:func:`slurmtower.store.migrate.check_or_create`; only ever on slurmtower's own
+            store). ``False`` trusts the caller to have done so.
 
-    Raises :class:`ConfigError` for a malformed URL.
+    Raises :class:`ConfigError` for a malformed URL, :class:`StoreSchemaError` (a
+    ``ConfigError``) for a store at another schema revision (``slurmtower db upgrade``).
     """
 
     def __init__(
         self, url: str | Engine = "sqlite://", *, schema: str | None = None, create: bool = True
     ) -> None:
-        self._engine = url if isinstance(url, Engine) else make_store_engine(url)
-        self._t = _tables(schema)
-        # SQLite's in-memory store shares one connection between threads; serialise use.
-        self._lock = threading.RLock()
+        self._base_engine = url if isinstance(url, Engine) else make_store_engine(url)
+        self._schema = schema
+        self._engine = self._base_engine.execution_options(**_schema.schema_options(schema))
+        self._t = _TABLES
+        # SQLite's in-memory store shares one connection between threads: serialise its use.
+        # Any other store has a connection per thread: a slow reader (an SSE catch-up) must
+        # not hold up the sensor's recording, so nothing is serialised in Python there.
+        where = self._engine.url
+        shared = where.get_backend_name() == "sqlite" and where.database in (None, "", ":memory:")
+        self._lock: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if create:
-            self._t.metadata.create_all(self._engine)
+            from slurmtower.store.migrate import check_or_create
+
+            check_or_create(self._base_engine, schema=schema)
 
     @property
     def engine(self) -> Engine:
+        """The store's engine (its connections map the tables to :attr:`schema`)."""
         return self._engine
 
     @property
     def schema(self) -> str | None:
         """The database schema holding the tables (``None``: the default)."""
-        return self._t.metadata.schema
+        return self._schema
 
     def close(self) -> None:
         """Release the connection pool."""
-        self._engine.dispose()
+        self._base_engine.dispose()
 
     # -- transactions -------------------------------------------------------------------
 
@@ -210,6 +142,15 @@ class EventStore:
     def _begin(self) -> Iterator[Connection]:
         with self._lock, self._engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A read-only transaction: on SQLite a deferred ``BEGIN``, which takes no write lock
+        (readers never wait for the sensor's writes, thanks to WAL, nor block them)."""
+        with self._lock, self._engine.connect() as conn:
+            conn.execution_options(**READ_ONLY)
+            with conn.begin():
+                yield conn
 
     def _lock_tables(self, conn: Connection, *tables: Table) -> None:
         """On PostgreSQL, serialise writers of ``tables`` until commit (readers unaffected).
@@ -221,8 +162,10 @@ class EventStore:
         if conn.dialect.name != "postgresql":
             return
         prep = conn.dialect.identifier_preparer
+        # schema_translate_map does not reach into text(): qualify the name here.
+        qualifier = f"{prep.quote_schema(self._schema)}." if self._schema else ""
         for table in tables:
-            conn.execute(text(f"LOCK TABLE {prep.format_table(table)} IN SHARE ROW EXCLUSIVE MODE"))
+            conn.execute(text(f"LOCK TABLE {qualifier}{prep.quote(table.name)} IN SHARE ROW EXCLUSIVE MODE"))
 
     # -- events -------------------------------------------------------------------------
 
@@ -263,6 +206,10 @@ class EventStore:
             pk = result.inserted_primary_key
             assert pk is not None
             stored.append(ev.with_id(int(pk[0])))
+        if stored and conn.dialect.name == "postgresql":
+            # Every process's event feed LISTENs: delivered at commit, with the rows.
+            conn.execute(text("SELECT pg_notify(:channel, :last)"),
+                         {"channel": notify_channel(self.schema), "last": str(stored[-1].id)})
         return stored
 
     def record_snapshot(
@@ -311,7 +258,7 @@ class EventStore:
 
     def get(self, event_id: int) -> Event:
         """The event with ``event_id``; raises :class:`NotFound` (purged or never existed)."""
-        with self._begin() as conn:
+        with self._read() as conn:
             row = conn.execute(select(self._t.events).where(self._t.events.c.id == event_id)).first()
         if row is None:
             raise NotFound(f"no event with id {event_id}", event_id=event_id)
@@ -361,13 +308,13 @@ class EventStore:
         if end is not None:
             stmt = stmt.where(t.c.time < end)
         stmt = stmt.order_by(t.c.id.desc() if descending else t.c.id.asc()).limit(limit)
-        with self._begin() as conn:
+        with self._read() as conn:
             rows = conn.execute(stmt).all()
         return [self._event(r._mapping) for r in rows]
 
     def last_id(self) -> int | None:
         """The largest event id in the log, or ``None`` when it is empty."""
-        with self._begin() as conn:
+        with self._read() as conn:
             value = conn.execute(select(func.max(self._t.events.c.id))).scalar()
         return None if value is None else int(value)
 
@@ -404,7 +351,7 @@ class EventStore:
 
     def load_node_states(self) -> dict[str, NodeSnapshot]:
         """The last known state of every node (empty on a fresh store)."""
-        with self._begin() as conn:
+        with self._read() as conn:
             return self._read_states(conn)
 
     def _read_states(self, conn: Connection) -> dict[str, NodeSnapshot]:
@@ -529,7 +476,7 @@ class EventStore:
             stmt = stmt.where(t.c.outcome.in_(list(outcomes)))
         if since is not None:
             stmt = stmt.where(t.c.started_at >= since)
-        with self._begin() as conn:
+        with self._read() as conn:
             rows = conn.execute(stmt.order_by(t.c.id).limit(limit)).all()
         return [
             RuleRun(
@@ -558,7 +505,7 @@ class EventStore:
         )
         if node is not None:
             stmt = stmt.where(t.c.node == node)
-        with self._begin() as conn:
+        with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
     def last_rule_run_start(
@@ -570,7 +517,7 @@ class EventStore:
         stmt = select(func.max(t.c.started_at)).where(t.c.rule == rule, t.c.outcome.in_(list(outcomes)))
         if node is not None:
             stmt = stmt.where(t.c.node == node)
-        with self._begin() as conn:
+        with self._read() as conn:
             value = conn.execute(stmt).scalar()
         if value is None:
             return None
@@ -585,7 +532,7 @@ class EventStore:
     def get_cursor(self, name: str) -> int:
         """The last event id consumer ``name`` has processed (0 if it never ran)."""
         t = self._t.cursors
-        with self._begin() as conn:
+        with self._read() as conn:
             value = conn.execute(select(t.c.last_id).where(t.c.name == name)).scalar()
         return 0 if value is None else int(value)
 

@@ -1,0 +1,245 @@
+"""What a caller may see: the one visibility policy of every route, action, page and metric.
+
+Two rules, both from the settings (``api.*``):
+
+* **Hidden partitions** (``api.hidden_partitions``) are hidden from everyone: their jobs
+  leave every list (a pending job that names several partitions keeps the visible ones),
+  their names leave node and association partition lists, and a node that belongs to hidden
+  partitions only is left out. They are applied where snapshots and records are read (the
+  refresh worker's queue and node tables, the accounting reader, the read actions), so a
+  view built on them cannot forget them.
+* **Private job fields** (``api.private_job_fields``: submit line, command, work dir, output
+  paths by default), like Slurm's ``PrivateData=jobs``: a reader sees them only on the
+  reader's own jobs, i.e. jobs whose ``user_name`` equals the principal's name (the token's
+  ``name`` or the JWT's subject); operators and admins see them on every job
+  (``api.readers_see_private_job_fields`` opens them to readers too). They are applied per
+  caller, on the way out: the queue keeps one cached, private-free view for readers.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from slurmtower.errors import PermissionDenied
+from slurmtower.models import Job, Node, Partition
+from slurmtower.models.table import JobTable
+
+if TYPE_CHECKING:
+    from slurmtower.settings import Settings
+
+__all__ = ["DEFAULT_PRIVATE_JOB_FIELDS", "Viewer", "Visibility"]
+
+DEFAULT_PRIVATE_JOB_FIELDS: frozenset[str] = frozenset(
+    {"submit_line", "command", "work_dir", "standard_output", "standard_error"})
+
+#: Roles that see private job fields on every job.
+_PRIVILEGED_ROLES = frozenset({"operator", "admin"})
+
+
+class Viewer(Protocol):
+    """Who reads (:class:`slurmtower.api.security.Principal` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
+
+
+def _split(partition: str | None) -> list[str]:
+    return [p for p in (partition or "").split(",") if p]
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """The policy; build it with :meth:`from_settings` (cheap: no I/O)."""
+
+    hidden_partitions: frozenset[str] = frozenset()
+    private_job_fields: frozenset[str] = DEFAULT_PRIVATE_JOB_FIELDS
+    readers_see_private: bool = False
+    _strip: re.Pattern[bytes] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.private_job_fields:
+            keys = b"|".join(re.escape(f.encode()) for f in sorted(self.private_job_fields))
+            # A table row is a flat JSON object whose first key is job_id, so a private key
+            # always follows a comma; a raw `,"` never occurs inside a JSON string.
+            pattern = re.compile(rb',"(?:' + keys + rb')":(?:"(?:[^"\\]|\\.)*"|null)')
+            object.__setattr__(self, "_strip", pattern)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Visibility:
+        api = settings.api
+        return cls(hidden_partitions=frozenset(api.hidden_partitions),
+                   private_job_fields=frozenset(api.private_job_fields),
+                   readers_see_private=api.readers_see_private_job_fields)
+
+    # -- hidden partitions -----------------------------------------------------------------
+    def shows_partition(self, name: str | None) -> bool:
+        """False for a hidden partition (a name list such as ``"batch,short"`` shows when
+        any of its partitions does)."""
+        parts = _split(name)
+        return not parts or any(p not in self.hidden_partitions for p in parts)
+
+    def partition_names(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if n not in self.hidden_partitions]
+
+    def job(self, job: Job) -> Job | None:
+        """``job`` without hidden partition names; None when it runs in hidden ones only."""
+        if not self.hidden_partitions:
+            return job
+        parts = _split(job.partition)
+        shown = [p for p in parts if p not in self.hidden_partitions]
+        if parts and not shown:
+            return None
+        return job if shown == parts else job.model_copy(update={"partition": ",".join(shown)})
+
+    def jobs(self, jobs: Iterable[Job]) -> list[Job]:
+        """Jobs outside hidden partitions (see :meth:`job`)."""
+        return [j for j in (self.job(job) for job in jobs) if j is not None]
+
+    def job_table(self, table: JobTable) -> JobTable:
+        """The queue table without hidden partitions."""
+        return table.hiding(self.hidden_partitions)
+
+    def node(self, node: Node) -> Node | None:
+        """``node`` without hidden partition names; None when it is in hidden ones only."""
+        if not self.hidden_partitions:
+            return node
+        shown = self.partition_names(node.partitions)
+        if node.partitions and not shown:
+            return None
+        return node if len(shown) == len(node.partitions) else node.model_copy(update={"partitions": shown})
+
+    def nodes(self, nodes: Iterable[Node]) -> list[Node]:
+        return [n for n in (self.node(node) for node in nodes) if n is not None]
+
+    def partitions(self, partitions: Iterable[Partition]) -> list[Partition]:
+        return [p for p in partitions if p.name not in self.hidden_partitions]
+
+    def hidden_nodes(self, partitions: Iterable[Partition]) -> frozenset[str]:
+        """The nodes that belong to hidden partitions only (their events are hidden too)."""
+        if not self.hidden_partitions:
+            return frozenset()
+        from slurmtower.nodeset import NodeSet
+
+        hidden: set[str] = set()
+        shown: set[str] = set()
+        for part in partitions:
+            if part.nodes:
+                (hidden if part.name in self.hidden_partitions else shown).update(NodeSet(part.nodes))
+        return frozenset(hidden - shown)
+
+    # -- private job fields ------------------------------------------------------------------
+    def sees_all_private(self, viewer: Viewer) -> bool:
+        """The viewer sees private fields on every job (operators, admins; readers when
+        ``api.readers_see_private_job_fields``)."""
+        return (not self.private_job_fields or viewer.role in _PRIVILEGED_ROLES
+                or (self.readers_see_private and viewer.role == "reader"))
+
+    def sees_private(self, viewer: Viewer, user_name: str | None) -> bool:
+        """The viewer sees the private fields of a job of ``user_name``: the viewer's own
+        job (principal name == the job's user name), or :meth:`sees_all_private`."""
+        # Only an authenticated reader owns jobs: anonymous readers (auth.anonymous_read) are
+        # named "anonymous", which may be a Slurm user's name too.
+        return self.sees_all_private(viewer) or (viewer.role == "reader" and user_name is not None
+                                                 and user_name == viewer.name)
+
+    def check_search(self, params: Mapping[str, Any] | None, viewer: Viewer) -> None:
+        """Refuse a search (an action's ``criterias``) by private fields from a viewer who
+        does not see them on every job: its answer would tell them.
+
+        Raises:
+            PermissionDenied: naming the criterion (``criterias.submit_line``).
+        """
+        criterias = (params or {}).get("criterias")
+        if not isinstance(criterias, Mapping) or self.sees_all_private(viewer):
+            return
+        for key in criterias:
+            if key in self.private_job_fields:
+                raise PermissionDenied(f"criterias.{key} is a private job field: {viewer.role}s may not "
+                                       "search by it", param=f"criterias.{key}")
+
+    def job_record(self, record: Mapping[str, Any], viewer: Viewer) -> dict[str, Any]:
+        """A job as a dict (a live job or an accounting row dumped) with its private fields
+        null unless the viewer may see them."""
+        out = dict(record)
+        if not self.sees_private(viewer, out.get("user_name")):
+            for name in self.private_job_fields:
+                if name in out:
+                    out[name] = None
+        return out
+
+    def records(self, value: Any, viewer: Viewer) -> Any:
+        """``value`` (JSON data: an action's result) with :meth:`job_record` applied to every
+        job in it, i.e. every object with a ``job_id`` and a ``user_name``, however deep."""
+        if self.sees_all_private(viewer):
+            return value
+        if isinstance(value, list):
+            return [self.records(v, viewer) for v in value]
+        if isinstance(value, dict):
+            out = {k: self.records(v, viewer) for k, v in value.items()}
+            return self.job_record(out, viewer) if "job_id" in out and "user_name" in out else out
+        return value
+
+    def redact(self, job: Any, viewer: Viewer) -> Any:
+        """A pydantic job (:class:`Job`, :class:`~slurmtower.models.accounting.HistoryJob`)
+        with its private fields set to None unless the viewer may see them."""
+        if self.sees_private(viewer, getattr(job, "user_name", None)):
+            return job
+        update = {f: None for f in self.private_job_fields if f in type(job).model_fields}
+        return job.model_copy(update=update) if update else job
+
+    def private_free_table(self, table: JobTable, owner: str | None = None) -> JobTable:
+        """``table`` with the private fields left out of every row but those of ``owner``'s
+        jobs. Rows are stripped once (memo by fragment), so a refresh that changed a few
+        jobs costs a few regex substitutions."""
+        strip = self._strip
+        if strip is None:
+            return table
+        memo_key = (id(table), owner, strip.pattern)
+        with _memo_lock:
+            done = _TABLES.get(memo_key)
+        if done is not None and done[0] is table:
+            return done[1]
+        own = set(table.rows_where("user", {owner})) if owner is not None else set()
+        frags = []
+        with _memo_lock:
+            for row, frag in enumerate(table.fragments):
+                if row in own:
+                    frags.append(frag)
+                    continue
+                found = _STRIPPED.get(id(frag))
+                if found is None or found[0] is not frag:
+                    found = (frag, strip.sub(b"", frag))
+                    _STRIPPED[id(frag)] = found
+                frags.append(found[1])
+            if len(_STRIPPED) > 3 * len(frags) + 1000:  # forget rows no longer read
+                keep = {id(f) for f in table.fragments}
+                for key in [k for k in _STRIPPED if k not in keep]:
+                    del _STRIPPED[key]
+        out = JobTable(table.keys, frags, table.columns)
+        with _memo_lock:
+            _TABLES[memo_key] = (table, out)
+            while len(_TABLES) > 8:
+                _TABLES.pop(next(iter(_TABLES)))
+        return out
+
+    def owns_jobs(self, table: JobTable, viewer: Viewer) -> bool:
+        """The viewer has jobs in ``table`` whose private fields it sees (its private-free
+        view is then its own)."""
+        return viewer.role == "reader" and bool(table.rows_where("user", {viewer.name}))
+
+
+#: id(fragment) -> (fragment, without private fields): unchanged rows are the same bytes
+#: objects round after round.
+_STRIPPED: dict[int, tuple[bytes, bytes]] = {}
+#: The last private-free tables made, by (id(table), owner, pattern): filtered reads of one
+#: snapshot share them.
+_TABLES: dict[tuple[int, str | None, bytes], tuple[JobTable, JobTable]] = {}
+_memo_lock = threading.Lock()
+
