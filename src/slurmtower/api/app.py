@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from slurmtower import __version__
+from slurmtower.api.params import add_problem_schema
 from slurmtower.api.services import Services
 from slurmtower.errors import ConfigError, SlurmtowerError
 from slurmtower.settings import Settings
@@ -35,8 +39,12 @@ ROUTE_MODULES = (
     "load",
     "events",
     "actions",
+    "hooks",  # /hooks/alertmanager, /hooks/generic (after events: its store)
     "metrics",
     "dashboard",
+    "ui_jobs",  # /ui/jobs, /ui/jobs/{id}, /ui/history
+    "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
+    "ui_pages",  # /ui/partitions, /ui/reservations
 )
 
 PROBLEM = "application/problem+json"
@@ -50,8 +58,11 @@ async def _problem(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SlurmtowerError)
     if exc.http_status >= 500:
         log.warning("%s: %s", type(exc).__name__, exc.message)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-    return _problem_response(exc.http_status, exc.to_problem(), headers)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else {}
+    retry_after = exc.extra.get("retry_after")
+    if isinstance(retry_after, int | float) and retry_after > 0:
+        headers["Retry-After"] = str(math.ceil(retry_after))  # whole seconds (RFC 9110)
+    return _problem_response(exc.http_status, exc.to_problem(), headers or None)
 
 
 async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse:
@@ -60,10 +71,11 @@ async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "body", "path", "header")]
     param = ".".join(loc) or None
-    return _problem_response(422, {
+    # A bad value is a 400 like every other bad input (FastAPI's default would be 422).
+    return _problem_response(400, {
         "type": "https://slurmtower.dev/problems/InvalidInput",
         "title": "invalid input",
-        "status": 422,
+        "status": 400,
         "detail": f"{param or 'request'}: {first.get('msg', 'invalid')}",
         "param": param,
     })
@@ -74,6 +86,37 @@ async def _http_problem(_request: Request, exc: Exception) -> JSONResponse:
     return _problem_response(exc.status_code, {
         "type": "about:blank", "title": str(exc.detail), "status": exc.status_code, "detail": str(exc.detail),
     }, getattr(exc, "headers", None))
+
+
+def _nul_param(scope: Scope) -> str | None:
+    """The first parameter (or ``path``) of a request that carries a NUL character."""
+    if "\x00" in scope.get("path", ""):
+        return "path"
+    raw: bytes = scope.get("query_string", b"")
+    if b"%00" not in raw.lower() and b"\x00" not in raw:
+        return None
+    for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+        if "\x00" in name or "\x00" in value:
+            return name.replace("\x00", "")[:60] or "query"
+    return "query"
+
+
+class _RefuseNul:
+    """A NUL character is in no name, id or time, and PostgreSQL refuses it in any text (the
+    driver raises before the query runs): a request carrying one is a 400 naming the parameter."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (param := _nul_param(scope)) is not None:
+            response = _problem_response(400, {
+                "type": "https://slurmtower.dev/problems/InvalidInput", "title": "invalid input", "status": 400,
+                "detail": f"{param}: a NUL character is not allowed", "param": param,
+            })
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def _route_modules(names: tuple[str, ...]) -> list[Any]:
@@ -110,13 +153,11 @@ def create_app(
             startup = getattr(module, "startup", None)
             if startup is not None:
                 await startup(services)
-        for task in services.background:
-            task.start()
+        await services.start_background()
         try:
             yield
         finally:
-            for task in reversed(services.background):
-                await task.stop()
+            await services.stop_background()
             for module in reversed(modules):
                 shutdown = getattr(module, "shutdown", None)
                 if shutdown is not None:
@@ -129,6 +170,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
+
+    def openapi() -> dict[str, Any]:
+        return add_problem_schema(FastAPI.openapi(app))  # cached by FastAPI; idempotent
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(_RefuseNul)
     app.add_exception_handler(SlurmtowerError, _problem)
     app.add_exception_handler(RequestValidationError, _validation_problem)
     app.add_exception_handler(StarletteHTTPException, _http_problem)

@@ -24,8 +24,11 @@ archiver) goes through one :class:`SnapshotCache`:
   of the response. The body holds the fetch time rather than an age so that its bytes (and
   their gzip) can be reused by every request until the next refresh.
 
-With several API worker processes each process has its own cache, so the bound is one
-query per resource per interval *per worker*.
+With several API processes (``serve --workers N``, several hosts) each has its own cache:
+alone, the bound is one query per resource per interval *per process*. With
+``api.shared_cache_url`` the deployment's processes share one snapshot through Redis
+(:mod:`slurmtower.api.shared`): one elected refresher queries Slurm and publishes each round,
+the others (*followers*) serve it; a process that cannot reach Redis refreshes alone.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import resource
 import time
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +51,7 @@ from pydantic_core import to_json
 
 from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.api.services import Services
+from slurmtower.api.shared import Pulled, SharedSnapshots, SharedUnreachable
 from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
 from slurmtower.models.table import JobTable
 
@@ -110,6 +114,12 @@ class _Entry:
     offload: OffloadSpec | None = None
     snapshot: Snapshot | None = None
     inflight: asyncio.Task[Snapshot] | None = None
+    inflight_mono: float = 0.0
+    timed_out: bool = False
+    """A request gave up waiting for this resource and no round has succeeded since: the
+    next requests answer at once (stale or 503) while rounds go on in the background."""
+    """When the running round started: a request joining it waits only what is left of
+    ``slurm_wait`` (a frozen slurmctld costs each request at most that, not a full wait each)."""
     last_error: SlurmtowerError | None = None
     last_error_mono: float = 0.0
     generation: int = 0
@@ -122,6 +132,17 @@ class _Entry:
     """For a resource read as deltas: the table the deltas apply to (before ``transform``)."""
     seq: int = -1
     """...and the number of the read it stands at."""
+    asked_mono: float = float("-inf")
+    """When a request last asked for the resource (a follower reads its announced rounds at once)."""
+    own: bool = False
+    """The snapshot is this process's own Slurm read (not the deployment's shared one)."""
+    shared_seq: int | None = None
+    """The shared round the snapshot is (None: not a shared one)..."""
+    shared_version: str | None = None
+    """...and its value's version."""
+    publish_next: Snapshot | None = None
+    """The refresher's round waiting to be published."""
+    publishing: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -175,10 +196,18 @@ class SnapshotCache:
         self._building: dict[Hashable, asyncio.Task[Rendered]] = {}
         #: Slurm queries started, per resource (for tests and metrics).
         self.queries: Counter[str] = Counter()
+        #: Called with the resource at each query started (the metrics' multiprocess counter).
+        self.query_observers: list[Callable[[str], None]] = []
         #: Rounds of a delta-read resource that read (and sent) every row.
         self.full_reads: Counter[str] = Counter()
         #: Runs the rounds of offloaded resources while set (the app's lifespan sets it).
         self.worker: RefreshWorker | None = None
+        #: The deployment's shared snapshot (``api.shared_cache_url``); None: refresh alone.
+        self.shared: SharedSnapshots | None = None
+        #: The refresher's interval, while following it.
+        self.followed_interval: float | None = None
+        #: Rounds read from the shared snapshot instead of Slurm, per resource.
+        self.shared_reads: Counter[str] = Counter()
 
     def register(self, resource: str, fetch: Callable[[], Any]) -> None:
         """Declare a resource and the (blocking) call that reads it from Slurm."""
@@ -197,8 +226,11 @@ class SnapshotCache:
     def interval(self) -> float:
         """The refresh interval in force: ``refresh_interval``, or longer when one refresh of
         every resource costs more than ``cpu_share`` of a core, or more than
-        ``controller_share`` of slurmctld's time, over it (at most ``max_interval``)."""
+        ``controller_share`` of slurmctld's time, over it (at most ``max_interval``). A
+        follower of the shared snapshot uses its refresher's."""
         wanted = self.refresh_interval
+        if self.followed_interval is not None and self.shared is not None and self.shared.following:
+            return min(self.max_interval, max(wanted, self.followed_interval))
         if self.cpu_share > 0:
             wanted = max(wanted, sum(e.cost for e in self._entries.values()) / self.cpu_share)
         if self.controller_share > 0:
@@ -225,6 +257,7 @@ class SnapshotCache:
         """
         entry = self._entries[resource]
         now = self.clock()
+        entry.asked_mono = now
         snap = entry.snapshot
         interval = self.interval
         if snap is not None and now - snap.fetched_mono < interval:
@@ -234,22 +267,96 @@ class SnapshotCache:
             return self._fallback(entry, entry.last_error)
         if entry.inflight is None:
             entry.inflight = asyncio.get_running_loop().create_task(self._refresh(resource, entry))
+            entry.inflight_mono = now
             entry.inflight.add_done_callback(_retrieve)
         if snap is not None and now - snap.fetched_mono < 2 * interval:
             # Refresh ahead: a snapshot just past its interval is served while the one query
             # runs, so no request waits for Slurm in steady state (X-Data-Age stays honest).
             return snap
+        if entry.last_error is not None or entry.timed_out:
+            # The last round failed or hung: answer now (stale, or the error); the round
+            # just started goes on, and its success ends this degraded mode.
+            return self._fallback(entry, entry.last_error or SlurmUnavailable(
+                f"slurmctld did not answer the {resource} query within {self.slurm_wait:g} s",
+                resource=resource))
+        inflight = entry.inflight
         try:
-            return await asyncio.wait_for(asyncio.shield(entry.inflight), timeout=self.slurm_wait)
+            while True:
+                # The deadline moves when the round's Slurm query starts (a refresh worker
+                # still spawning is not Slurm being slow); slices notice that.
+                left = self.slurm_wait - (self.clock() - entry.inflight_mono)
+                if left <= 0 or entry.timed_out:
+                    raise TimeoutError
+                try:
+                    return await asyncio.wait_for(asyncio.shield(inflight), timeout=min(left, 0.25))
+                except TimeoutError:
+                    if inflight.done():
+                        return inflight.result()
         except TimeoutError:
+            entry.timed_out = True
             return self._fallback(entry, SlurmUnavailable(
                 f"slurmctld did not answer the {resource} query within {self.slurm_wait:g} s",
                 resource=resource))
         except SlurmtowerError as exc:
             return self._fallback(entry, exc)
 
+    async def get_all(self, *resources: str) -> list[Snapshot]:
+        """Snapshots of several resources, asked at once: a view built from three of them
+        (``/usage``) waits at most ``slurm_wait`` in all, not once per resource."""
+        return list(await asyncio.gather(*(self.get(r) for r in resources)))
+
+    def kick(self, resource: str, *, force: bool = False) -> None:
+        """Start a round of ``resource`` now, unless one runs or (without ``force``) its
+        snapshot is younger than the interval or its last round failed within it."""
+        entry = self._entries.get(resource)
+        if entry is None or entry.inflight is not None:
+            return
+        now, interval = self.clock(), self.interval
+        if not force and ((entry.snapshot is not None and now - entry.snapshot.fetched_mono < interval)
+                          or (entry.last_error is not None and now - entry.last_error_mono < interval)):
+            return
+        entry.inflight = asyncio.get_running_loop().create_task(self._refresh(resource, entry))
+        entry.inflight_mono = now
+        entry.inflight.add_done_callback(_retrieve)
+
+    async def shared_round(self) -> float:
+        """One election round of the shared snapshot (a background task of every process);
+        as the refresher, refresh what followers want. Returns the seconds to the next."""
+        shared = self.shared
+        if shared is None:
+            return 60.0
+        shared.on_round = self._announced
+        for name in await shared.elect(self.resources):
+            self.kick(name)
+        return shared.tick
+
+    def _announced(self, resource: str) -> None:
+        # A follower reads an announced round at once when the resource is being read: its
+        # next request then finds the new bytes instead of waiting for them.
+        entry = self._entries.get(resource)
+        if entry is not None and self.clock() - entry.asked_mono < 2 * self.interval:
+            self.kick(resource, force=True)
+
     async def _refresh(self, resource: str, entry: _Entry) -> Snapshot:
+        shared = self.shared
+        if shared is not None and shared.following:
+            try:
+                followed = await self._follow(resource, entry, shared)
+            except SharedUnreachable:
+                followed = None  # Redis failed: this round reads Slurm, as without it
+            except SlurmtowerError as exc:
+                entry.last_error, entry.last_error_mono = exc, self.clock()
+                entry.inflight = None
+                raise
+            except BaseException:
+                entry.inflight = None
+                raise
+            if followed is not None:
+                entry.inflight = None
+                return followed
         self.queries[resource] += 1
+        for observe in self.query_observers:
+            observe(resource)
         worker, spec = self.worker, entry.offload
         fetched_mono: float | None = None
         fetched_at: datetime | None = None
@@ -260,13 +367,14 @@ class SnapshotCache:
                     # A table read in a thread here would stay behind in this process next
                     # to the worker's: wait for the worker (it spawns in a second or two).
                     await worker.wait_ready(self.slurm_wait)
+                entry.inflight_mono = self.clock()  # Slurm is asked from now on
             if worker is not None and spec is not None and worker.ready:
                 # (A worker still spawning would delay this round by its imports: the
                 # round below runs in a thread meanwhile.)
                 if spec.delta is not None:
                     result, value = await self._delta_round(worker, spec, entry)
                 else:
-                    result = await worker.refresh(spec, full=entry.snapshot is None)
+                    result = await worker.refresh(spec, full=entry.snapshot is None or not entry.own)
                     if result.unchanged and entry.snapshot is not None:
                         value = entry.snapshot.value
                     else:
@@ -299,12 +407,84 @@ class SnapshotCache:
         entry.controller = controller if entry.rounds == 1 else 0.6 * entry.controller + 0.4 * controller
         entry.generation += 1
         entry.last_error = None
+        entry.timed_out = False
         snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at or datetime.now(UTC),
                         fetched_mono=fetched_mono if fetched_mono is not None else self.clock(),
                         generation=entry.generation)
-        entry.snapshot = snap
+        entry.snapshot, entry.own, entry.shared_seq, entry.shared_version = snap, True, None, None
+        self._render_ahead(resource)
+        if shared is not None and shared.refreshing:
+            self._publish_soon(resource, entry, snap)
+        return snap
+
+    async def _follow(self, resource: str, entry: _Entry, shared: SharedSnapshots) -> Snapshot | None:
+        """A follower's round: the refresher's newest round of ``resource``, waiting (up to
+        ``slurm_wait``) for one younger than the interval. ``None``: this process stopped
+        following meanwhile (it reads Slurm itself).
+
+        Raises :class:`SharedUnreachable`, or :class:`SlurmUnavailable` when the refresher
+        published no round in time.
+        """
+        # A little before the requests' own wait ends, so that they get this error's words.
+        deadline = self.clock() + max(0.1, self.slurm_wait - 0.25)
+        installed: Snapshot | None = None
+        while shared.following:
+            mark = shared.heard(resource)
+            # Ask the refresher for rounds while this process is asked for them (not when it
+            # only reads an announced round): it stops soon after the last reader here.
+            asked = self.clock() - entry.asked_mono < self.interval
+            pulled = await shared.pull(resource, seq=entry.shared_seq, version=entry.shared_version,
+                                       want_seconds=2 * self.interval if asked else 0)
+            if pulled is not None:
+                installed = self._install(resource, entry, pulled)
+                if self.clock() - installed.fetched_mono < self.interval:
+                    return installed
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                if installed is not None:
+                    return installed
+                raise SlurmUnavailable(f"the deployment's refresher published no {resource} within "
+                                       f"{self.slurm_wait:g} s", resource=resource)
+            await shared.wait_round(resource, mark, min(remaining, 0.5))
+        return installed
+
+    def _install(self, resource: str, entry: _Entry, pulled: Pulled) -> Snapshot:
+        """Make a shared round this process's snapshot of ``resource``."""
+        value = pulled.value if pulled.changed or entry.snapshot is None else entry.snapshot.value
+        age = max(0.0, (datetime.now(UTC) - pulled.fetched_at).total_seconds())
+        entry.generation += 1
+        entry.timed_out = False
+        snap = Snapshot(resource=resource, value=value, fetched_at=pulled.fetched_at,
+                        fetched_mono=self.clock() - age, generation=entry.generation)
+        # The delta table and the worker's memo belong to this process's own reads: the next
+        # own round (a takeover, a Redis outage) reads in full.
+        entry.snapshot, entry.own, entry.table, entry.last_error = snap, False, None, None
+        entry.shared_seq, entry.shared_version = pulled.seq, pulled.version
+        if pulled.interval > 0:
+            self.followed_interval = pulled.interval
+        self.shared_reads[resource] += 1
         self._render_ahead(resource)
         return snap
+
+    def _publish_soon(self, resource: str, entry: _Entry, snap: Snapshot) -> None:
+        """Publish ``snap`` to the followers, after the round still being published (rounds
+        that pile up meanwhile are skipped but the last)."""
+        entry.publish_next = snap
+        if entry.publishing is None or entry.publishing.done():
+            entry.publishing = asyncio.get_running_loop().create_task(self._publish_rounds(resource, entry))
+            entry.publishing.add_done_callback(_retrieve)
+
+    async def _publish_rounds(self, resource: str, entry: _Entry) -> None:
+        shared = self.shared
+        while entry.publish_next is not None and shared is not None and shared.refreshing:
+            snap, entry.publish_next = entry.publish_next, None
+            try:
+                await shared.publish(resource, snap.value, snap.fetched_at, self.interval)
+            except SharedUnreachable:
+                return  # this process refreshes alone now; the election brings it back
+            except Exception:
+                log.exception("publishing the %s snapshot failed", resource)
+                return
 
     def _render_ahead(self, resource: str) -> None:
         """Render again, now, the views of ``resource`` that were asked for lately: their next
@@ -420,6 +600,7 @@ class SnapshotCache:
             age = now - entry.snapshot.fetched_mono
             if age >= interval and not (entry.inflight is not None and age < 2 * interval):
                 return False
+            entry.asked_mono = now  # a read answered from bytes is a read all the same
         return True
 
     def fresh_view(self, view: str, resources: Sequence[str]) -> Rendered | None:
@@ -582,6 +763,8 @@ def shared_cache(services: Services) -> SnapshotCache:
                               serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
                               controller_share=api.refresh_controller_share,
                               max_interval=api.max_refresh_interval)
+        if api.shared_cache_url is not None:
+            cache.shared = SharedSnapshots.from_settings(services.settings)
         client = services.client
         cache.register("jobs", client.job_table)
         cache.register("nodes", client.nodes)
@@ -612,20 +795,60 @@ class FastReads:
         cache: the shared cache.
         views: path -> (view name, resources the view is built from).
         permission: the routes' permission dependency (``require(Perm.READ).dependency``).
+        variants: path -> a function of the caller (what ``permission`` returns) giving the
+            suffix of the caller's view (``""``: the plain one), for paths whose bytes depend
+            on who asks (the queue's private-free view for readers); the route must render
+            and query its views under the same suffixed names.
     """
 
     def __init__(self, app: Any, *, cache: SnapshotCache,
                  views: dict[str, tuple[str, tuple[str, ...]]],
-                 permission: Callable[[Request], Any]) -> None:
+                 permission: Callable[[Request], Any],
+                 variants: Mapping[str, Callable[[Any], str]] | None = None) -> None:
         self.app = app
         self.cache = cache
         self.views = views
         self.permission = permission
+        self.variants = dict(variants or {})
+
+    async def _variant(self, scope: dict[str, Any], receive: Any, send: Any, variant: Callable[[Any], str],
+                       found: tuple[str, tuple[str, ...]]) -> bool:
+        """Answer from the caller's own view of the path, if it is fresh (True: answered)."""
+        added = "route" not in scope
+        scope.setdefault("route", _FastRoute(scope["path"]))  # /metrics labels it by its path
+        request = Request(scope, receive)
+        try:
+            principal = await self.permission(request)
+        except SlurmtowerError:
+            if added:
+                del scope["route"]
+            return False
+        suffix = variant(principal)
+        query = scope.get("query_string")
+        rendered: Rendered | None = None
+        if not query:
+            rendered = self.cache.fresh_view(found[0] + suffix, found[1])
+        else:
+            pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+            params = dict(pairs)
+            if len(params) == len(pairs):
+                rendered = self.cache.fresh_query(query_key(scope["path"] + suffix, params))
+        if rendered is None:
+            if added:
+                del scope["route"]
+            return False
+        await respond(request, rendered, self.cache.clock)(scope, receive, send)
+        return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
             found = self.views.get(scope["path"])
             rendered: Rendered | None = None
+            variant = self.variants.get(scope["path"])
+            if found is not None and variant is not None:
+                if await self._variant(scope, receive, send, variant, found):
+                    return
+                found = None
             if found is not None:
                 query = scope.get("query_string")
                 if not query:

@@ -25,7 +25,12 @@ to check a request (and count a failure) once.
 
 Failed attempts are counted per client address; past ``auth.login_failures_per_minute`` the
 address gets 429 for every credential (even a right one) until the minute has passed. Failures
-are logged with the address and the reason, never with the token.
+are logged with the address and the reason, never with the token. The count is the
+deployment's (:class:`SharedLoginLimiter`): every failure is written to the store's
+``login_failures`` table, which every worker process reads, so failures spread over workers
+add up. The store is only touched for failures and for addresses this process has seen fail
+within the minute, and never on the event loop; a request with a valid token from any other
+address is answered from memory.
 
 Cookie credentials are only honoured on mutating requests that also send the
 ``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom header, so a
@@ -43,13 +48,16 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import jwt
 from fastapi import Depends, Request
+from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.errors import AuthenticationError, PermissionDenied, SlurmtowerError
 from slurmtower.settings import AuthSettings, TokenEntry
@@ -60,10 +68,12 @@ __all__ = [
     "ROLE_PERM",
     "TOKEN_COOKIE",
     "CurrentPrincipal",
+    "LoginFailureStore",
     "LoginLimiter",
     "LoginRateLimited",
     "Perm",
     "Principal",
+    "SharedLoginLimiter",
     "authenticate",
     "declared_perm",
     "hash_token",
@@ -78,6 +88,10 @@ TOKEN_COOKIE = "slurmtower_token"  # noqa: S105 - a cookie name, not a secret
 #: Header a cookie-authenticated mutating request must carry (value ``1``).
 CSRF_HEADER = "x-slurmtower-request"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+#: Seconds of clock skew allowed on a JWT's ``exp``.
+JWT_LEEWAY = 30
 
 
 class Perm(IntEnum):
@@ -97,6 +111,9 @@ class Principal:
     name: str
     role: str
     via: str = "token"
+    expires_at: float | None = None
+    """Unix time after which the credential is no longer accepted (a JWT's ``exp`` plus the
+    allowed clock skew); long-lived responses (SSE) end then."""
 
     @property
     def perm(self) -> Perm:
@@ -165,18 +182,151 @@ class LoginLimiter:
                 return 0.0
             return max(0.0, times[-self.per_minute] + self.window - now)
 
-    def failed(self, address: str) -> None:
+    def knows(self, address: str) -> bool:
+        """Whether ``address`` failed within the window as far as this limiter knows
+        (answered without the lock; an expired entry may still say yes)."""
+        return address in self._failures
+
+    def failed(self, address: str, at: float | None = None) -> None:
+        """Count a failure of ``address`` (now, or at ``at`` on this limiter's clock)."""
         with self._lock:
             now = self._clock()
             times = self._recent(address, now) or deque()
-            times.append(now)
-            # Only the last per_minute failures matter for the decision.
-            while len(times) > max(self.per_minute, 1):
-                times.popleft()
-            self._failures[address] = times
-            self._failures.move_to_end(address)
-            while len(self._failures) > self.max_addresses:
-                self._failures.popitem(last=False)
+            times.append(now if at is None else at)
+            self._keep(address, times)
+
+    def learn(self, address: str, times: Iterable[float]) -> None:
+        """Replace what is known of ``address`` by these failure times (another process's
+        count included: the store's)."""
+        with self._lock:
+            now = self._clock()
+            recent = deque(sorted(t for t in times if t > now - self.window))
+            if recent:
+                self._keep(address, recent)
+            else:
+                self._failures.pop(address, None)
+
+    def _keep(self, address: str, times: deque[float]) -> None:
+        # Only the last per_minute failures matter for the decision.
+        while len(times) > max(self.per_minute, 1):
+            times.popleft()
+        self._failures[address] = times
+        self._failures.move_to_end(address)
+        while len(self._failures) > self.max_addresses:
+            self._failures.popitem(last=False)
+
+
+class LoginFailureStore:
+    """The failed logins of a whole deployment: the store's ``login_failures`` table.
+
+    Blocking (SQLAlchemy): call it off the event loop. Times are unix seconds, the clock every
+    process (and host) of a deployment shares. Rows older than the window are deleted at most
+    once per window, by whichever process records a failure.
+
+    Args:
+        engine: the store's engine (with its schema mapping, e.g. ``EventStore.engine``).
+        window: seconds a failure counts.
+    """
+
+    def __init__(self, engine: Engine, *, window: float = 60.0) -> None:
+        from slurmtower.store.schema import login_failures
+
+        self._engine = engine
+        self._table = login_failures
+        self.window = window
+        self._purged_at = float("-inf")
+
+    def record(self, address: str, at: float, limit: int) -> list[float]:
+        """Add a failure of ``address`` at ``at``; return the times of its last ``limit``
+        failures within the window (this one included)."""
+        table = self._table
+        with self._engine.begin() as conn:
+            conn.execute(insert(table).values(address=address[:255], at=at))
+            if at - self._purged_at > self.window:
+                conn.execute(delete(table).where(table.c.at <= at - self.window))
+                self._purged_at = at
+            return self._recent(conn, address, at, limit)
+
+    def recent(self, address: str, now: float, limit: int) -> list[float]:
+        """The times of the last ``limit`` failures of ``address`` within the window."""
+        with self._engine.connect() as conn:
+            return self._recent(conn, address, now, limit)
+
+    def _recent(self, conn: Any, address: str, now: float, limit: int) -> list[float]:
+        table = self._table
+        rows = conn.execute(select(table.c.at)
+                            .where(table.c.address == address[:255], table.c.at > now - self.window)
+                            .order_by(table.c.at.desc()).limit(max(limit, 1)))
+        return [float(at) for (at,) in rows]
+
+
+_T = TypeVar("_T")
+#: One thread per process runs the store's limiter calls: a flood of failed logins queues
+#: there instead of taking the threads every route's blocking work shares.
+_store_thread: ThreadPoolExecutor | None = None
+
+
+async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
+    global _store_thread
+    if _store_thread is None:
+        _store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurmtower-login-failures")
+    return await asyncio.get_running_loop().run_in_executor(_store_thread, call, *args)
+
+
+class SharedLoginLimiter:
+    """A :class:`LoginLimiter` whose counts are the deployment's, through a
+    :class:`LoginFailureStore` (without one, the process's own).
+
+    In memory: the addresses this process has seen fail within the window. An address it has
+    not seen is let through without touching the store (every valid token's request); one it
+    has seen is looked up in the store (to add the failures other processes saw) unless it is
+    already over the limit here. Each failure is written, and the store's count read back in
+    the same transaction. When the store fails, the process's own count decides (logged).
+
+    An address that failed only on other workers is checked here once it fails here too:
+    the workers that never saw it may verify one attempt each before they know.
+    """
+
+    def __init__(self, per_minute: int, store: LoginFailureStore | None = None, *,
+                 window: float = 60.0) -> None:
+        self.per_minute = per_minute
+        self.store = store
+        self.local = LoginLimiter(per_minute, window=window, clock=time.time)
+        #: Calls made to the store (for tests).
+        self.store_calls = 0
+
+    async def retry_after(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: it may now)."""
+        local = self.local
+        if self.per_minute <= 0 or not local.knows(address):
+            return 0.0  # the common case: no lock, no store
+        wait = local.retry_after(address)
+        if wait > 0 or self.store is None:
+            return wait
+        self.store_calls += 1
+        try:
+            times = await _off_loop(self.store.recent, address, time.time(), self.per_minute)
+        except SQLAlchemyError as exc:
+            log.warning("login failures: the store does not answer (%s); counting this process's only", exc)
+            return wait
+        local.learn(address, times)
+        return local.retry_after(address)
+
+    async def failed(self, address: str) -> None:
+        """Count a failed login from ``address``, in the store too."""
+        if self.per_minute <= 0:
+            return
+        now = time.time()
+        self.local.failed(address, now)
+        if self.store is None:
+            return
+        self.store_calls += 1
+        try:
+            times = await _off_loop(self.store.record, address, now, self.per_minute)
+        except SQLAlchemyError as exc:
+            log.warning("login failures: the store does not answer (%s); counting this process's only", exc)
+            return
+        self.local.learn(address, times)
 
 
 class _JwksKeys:
@@ -280,7 +430,7 @@ class _JwtVerifier:
                 algorithms = [a for a in algorithms if a.startswith("HS") != is_pem]
             claims: dict[str, Any] = jwt.decode(
                 token, key, algorithms=algorithms, audience=auth.jwt_audience,
-                options={"require": ["exp"], "verify_aud": auth.jwt_audience is not None}, leeway=30,
+                options={"require": ["exp"], "verify_aud": auth.jwt_audience is not None}, leeway=JWT_LEEWAY,
             )
         except jwt.PyJWKClientError as exc:
             raise AuthenticationError(f"JWT signing key not found: {exc}") from exc
@@ -295,7 +445,7 @@ class _JwtVerifier:
         if name is None:
             raise AuthenticationError("JWT names nobody (no sub claim)")
         role = max(known, key=lambda r: ROLE_PERM[r]) if known else "none"
-        return Principal(name=name, role=role, via="jwt")
+        return Principal(name=name, role=role, via="jwt", expires_at=float(claims["exp"]) + JWT_LEEWAY)
 
 
 def _looks_like_jwt(token: str) -> bool:
@@ -305,8 +455,9 @@ def _looks_like_jwt(token: str) -> bool:
 class _AuthState:
     """One app's limiter, JWT verifier and table of static tokens."""
 
-    def __init__(self, auth: AuthSettings) -> None:
-        self.limiter = LoginLimiter(auth.login_failures_per_minute)
+    def __init__(self, auth: AuthSettings, store: Engine | None = None) -> None:
+        self.limiter = SharedLoginLimiter(auth.login_failures_per_minute,
+                                          LoginFailureStore(store) if store is not None else None)
         self.verifier = _JwtVerifier(auth)
         self._auth = auth
         self._entries: list[TokenEntry] | None = None
@@ -326,7 +477,9 @@ def _state(request: Request) -> _AuthState:
     app_state = request.app.state
     found: _AuthState | None = getattr(app_state, "slurmtower_auth", None)
     if found is None:
-        found = _AuthState(request.app.state.services.settings.auth)
+        services = request.app.state.services
+        store = services.event_store  # the deployment's store (the events module opens it)
+        found = _AuthState(services.settings.auth, store.engine if store is not None else None)
         app_state.slurmtower_auth = found
     return found
 
@@ -406,7 +559,7 @@ async def _authenticate(request: Request) -> Principal:
         return ANONYMOUS
     token, where = credential
     limiter = _state(request).limiter
-    wait = limiter.retry_after(address)
+    wait = await limiter.retry_after(address)
     if wait > 0:
         log.warning("refused login from %s: too many failures (retry in %.0f s)", address, wait)
         raise LoginRateLimited(f"too many failed logins from {address}; retry in {wait:.0f} s",
@@ -414,7 +567,7 @@ async def _authenticate(request: Request) -> Principal:
     try:
         principal = await _verify(request, token)
     except AuthenticationError as exc:
-        limiter.failed(address)
+        await limiter.failed(address)
         # The token itself is never logged, not even a prefix of it.
         log.warning("failed login from %s via %s: %s", address, where, exc.message)
         raise

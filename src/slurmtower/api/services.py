@@ -23,12 +23,16 @@ from slurmtower.slurm import SlurmClient, make_client
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
+    from slurmtower.accounting.pool import AccountingPool
     from slurmtower.actions import Catalogue
     from slurmtower.api.cache import SnapshotCache
+    from slurmtower.api.routes.health import Readiness
     from slurmtower.api.routes.load import LoadArchive
     from slurmtower.api.routes.metrics import AppMetrics
     from slurmtower.events import EventStore
+    from slurmtower.events.feed import EventFeed
     from slurmtower.events.sensor import Sensor
+    from slurmtower.store.leader import Leadership
 
 __all__ = ["BackgroundTask", "Services", "ServicesDep", "get_services"]
 
@@ -49,6 +53,11 @@ class BackgroundTask:
     on_stop: Callable[[], Awaitable[None]] | None = None
     needs_leader: bool = True
     """Runs once per deployment (sensor, archiver, rules, purge), not once per process."""
+    role: str = "leader"
+    """Which election a leader's task belongs to: the tasks of one role run in the process
+    that leads it. The sensor (with its rules and purge) and the archiver are separate
+    roles, so a ``slurmtower sensor`` process and ``serve`` processes with the sensor off
+    each lead what they run."""
     _task: asyncio.Task[None] | None = None
 
     async def _loop(self) -> None:
@@ -69,11 +78,18 @@ class BackgroundTask:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=self.name)
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        """Cancel the loop and run ``on_stop`` (nothing when it was never started)."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        self._task = None
         if self.on_stop is not None:
             await self.on_stop()
 
@@ -91,7 +107,11 @@ class Services:
     """The live snapshot cache (``api.cache.shared_cache``)."""
     metrics: AppMetrics | None = None
     accounting: AccountingDB | None = None
+    accounting_pool: AccountingPool | None = None
+    """The threads database reads run in (bounded, their own)."""
     event_store: EventStore | None = None
+    event_feed: EventFeed | None = None
+    """This process's tail of the event log, fanned out to its SSE clients (every process)."""
     sensor: Sensor | None = None
     sensor_external: bool = False
     """The sensor runs elsewhere (``slurmtower sensor``): don't start it here."""
@@ -100,6 +120,12 @@ class Services:
     """The action catalogue: the API's and the rule engine's (one store, one accounting)."""
     authenticate_other: Callable[[str], Any] | None = None
     """A hook for other credentials (tests, plugins): ``hook(token)`` -> principal or None."""
+    readiness: Readiness | None = None
+    """``/ready``'s checks, cached for every caller."""
+    elections: dict[str, Leadership] = field(default_factory=dict)
+    """One election per role of this process's leader's tasks (``BackgroundTask.role``)."""
+    _election: asyncio.Task[None] | None = field(default=None, repr=False)
+    _leading: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
@@ -107,6 +133,85 @@ class Services:
 
         return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
                    client_from_settings=True)
+
+    # -- background work and the deployment's leader --------------------------------------
+
+    def leadership(self, role: str = "leader") -> Leadership:
+        """The election of the leader of ``role`` (on the event store's database)."""
+        if role not in self.elections:
+            from slurmtower.storage import make_store_engine
+            from slurmtower.store.leader import Leadership
+
+            store = self.event_store
+            engine = store.engine if store is not None else make_store_engine(self.settings.effective_store_url())
+            identity = next(iter(self.elections.values())).identity if self.elections else None
+            self.elections[role] = Leadership(engine, name=role, identity=identity,
+                                              schema=store.schema if store is not None else None)
+        return self.elections[role]
+
+    def leads(self, role: str) -> bool:
+        """This process runs the tasks of ``role`` now."""
+        return role in self._leading
+
+    @property
+    def leading(self) -> bool:
+        """This process leads at least one role."""
+        return bool(self._leading)
+
+    def _roles(self) -> list[str]:
+        return list(dict.fromkeys(t.role for t in self.background if t.needs_leader))
+
+    async def start_background(self) -> None:
+        """Start every process's tasks, elect, and start the leader's if this process leads."""
+        for task in self.background:
+            if not task.needs_leader:
+                task.start()
+        roles = self._roles()
+        for role in roles:
+            self.leadership(role)
+        if roles:
+            await self._elect()
+            self._election = asyncio.create_task(self._election_loop(), name="leader-election")
+
+    async def _election_loop(self) -> None:
+        interval = self.settings.api.leader_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._elect()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("leader election round failed")
+
+    async def _elect(self) -> None:
+        for role in self._roles():
+            leader = self.leadership(role)
+            tasks = [t for t in self.background if t.needs_leader and t.role == role]
+            if role in self._leading:
+                if not await asyncio.to_thread(leader.still_leading):
+                    log.warning("%s no longer leads %s: stopping its tasks", leader.identity, role)
+                    self._leading.discard(role)
+                    for task in reversed(tasks):
+                        await task.stop()
+            elif await asyncio.to_thread(leader.try_lead):
+                self._leading.add(role)
+                for task in tasks:
+                    task.start()
+
+    async def stop_background(self) -> None:
+        """Stop every task (the leader's first, while it still leads), then resign."""
+        if self._election is not None:
+            self._election.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._election
+            self._election = None
+        for task in reversed(self.background):
+            if not task.needs_leader or task.role in self._leading:
+                await task.stop()
+        self._leading.clear()
+        for leader in self.elections.values():
+            await asyncio.to_thread(leader.resign)
 
     def action_catalogue(self) -> Catalogue:
         """The action catalogue, built on first use and shared by the routes and the rules."""

@@ -41,18 +41,29 @@ def run(
     params: Annotated[list[str] | None, typer.Argument(help="Parameters as key=value (JSON for objects and "
                                                        "lists), e.g. nodes=n[1-2] reason='disk swap'.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be done; change nothing.")] = False,
-    output: OutputOpt = "yaml",
+    idempotency_key: Annotated[str | None, typer.Option(
+        "--idempotency-key", help="A retry with the same key and parameters prints the first execution's "
+                                  "envelope without acting again (other parameters: exit 3).")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml, json, or st2: the execution as the "
+                                        "StackStorm slurm pack gives it, JSON (docs/stackstorm.md).")] = "yaml",
     config: ConfigOpt = None,
 ) -> None:
     """Run one action and print its envelope; exit code 0 only on success."""
-    from slurmtower.actions import Catalogue, cli_principal, parse_cli_params
+    from slurmtower.actions import Catalogue, cli_principal, parse_cli_params, st2
 
-    _check_output(output, ("yaml", "json"))
-    parsed = parse_cli_params(params or [])
+    _check_output(output, ("yaml", "json", "st2"))
+    given = parse_cli_params(params or [])
+    parsed = st2.pack_params(action, given) if output == "st2" else given
     catalogue = Catalogue.from_settings(load_settings(config))
     env = catalogue.execute(action, parsed, principal=cli_principal(), via="cli",
-                            dry_run=True if dry_run else None)
-    typer.echo(_dump(env.model_dump(mode="json"), output))
+                            dry_run=True if dry_run else None, idempotency_key=idempotency_key)
+    if output == "st2":
+        typer.echo(json.dumps(st2.execution(env.model_dump(mode="json"), given), indent=2))
+    else:
+        typer.echo(_dump(env.model_dump(mode="json"), output))
+    if not env.recorded:
+        typer.echo(f"slurmtower: error: {env.stderr.splitlines()[0]}", err=True)
+        raise typer.Exit(env.exit_code)
     if env.status == "partial":
         typer.echo(f"slurmtower: partial: {action}: {env.stderr.splitlines()[0] if env.stderr else ''}", err=True)
         raise typer.Exit(env.exit_code)

@@ -15,7 +15,7 @@ from slurmtower.settings import load_settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["app_factory", "serve"]
+__all__ = ["OPTION_VARIABLES", "app_factory", "export_options", "serve"]
 
 
 #: GIL switch interval of the server process. Refreshing a big snapshot (parsing 2,000 jobs
@@ -31,6 +31,24 @@ def app_factory() -> FastAPI:
 
     sys.setswitchinterval(SWITCH_INTERVAL)
     return create_app(load_settings())
+
+
+#: ``serve``'s options that are settings, and the variable :func:`load_settings` reads each
+#: from. ``serve`` exports the options given, so that every worker (a fresh process building
+#: its app with :func:`app_factory`) sees the same settings as the parent.
+OPTION_VARIABLES = {
+    "config": "SLURMTOWER_CONFIG",
+    "host": "SLURMTOWER_API__HOST",
+    "port": "SLURMTOWER_API__PORT",
+    "workers": "SLURMTOWER_API__WORKERS",
+}
+
+
+def export_options(options: dict[str, object | None]) -> None:
+    """Put each option given (not None) in the environment the workers inherit."""
+    for name, value in options.items():
+        if value is not None:
+            os.environ[OPTION_VARIABLES[name]] = str(value)
 
 
 @app.command()
@@ -49,23 +67,27 @@ def serve(
 
     from slurmtower.api import create_app
 
-    settings = load_settings(config)
-    if host:
-        settings.api.host = host
-    if port:
-        settings.api.port = port
-    if workers:
-        settings.api.workers = workers
+    # The parent reads its settings the way each worker will: from the exported options.
+    export_options({"config": config, "host": host, "port": port, "workers": workers})
+    settings = load_settings()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    # A store at another schema revision is refused here, in one line, before any worker
+    # starts (an empty one is created, once).
+    from slurmtower.store.migrate import check_store_url
+
+    check_store_url(settings.effective_store_url())
     sys.setswitchinterval(SWITCH_INTERVAL)
     if settings.api.workers > 1:
         # Each worker builds its own app from the same file and environment; the load
-        # archiver's lease keeps exactly one of them sampling.
-        if config is not None:
-            os.environ["SLURMTOWER_CONFIG"] = str(config)
-        uvicorn.run("slurmtower.cli.api:app_factory", factory=True, host=settings.api.host,
-                    port=settings.api.port, workers=settings.api.workers, log_level="info",
-                    access_log=access_log)
+        # archiver's lease keeps exactly one of them sampling. Their counters go to files
+        # in a directory of their own, which every scrape sums (routes/metrics.py).
+        from slurmtower.api.routes.metrics import MULTIPROCESS_VARIABLE, multiprocess_dir
+
+        with multiprocess_dir(settings.state_dir, settings.api.port) as metrics_dir:
+            os.environ[MULTIPROCESS_VARIABLE] = str(metrics_dir)
+            uvicorn.run("slurmtower.cli.api:app_factory", factory=True, host=settings.api.host,
+                        port=settings.api.port, workers=settings.api.workers, log_level="info",
+                        access_log=access_log)
         return
     uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info",
                 access_log=access_log)

@@ -31,7 +31,7 @@ def _register() -> None:
     import slurmtower.cli.devcluster  # noqa: F401
     import slurmtower.cli.misc  # noqa: F401
 
-    for name in ("actions", "events", "api", "auth"):
+    for name in ("actions", "events", "api", "auth", "db"):
         try:
             __import__(f"slurmtower.cli.{name}")
         except ModuleNotFoundError as exc:

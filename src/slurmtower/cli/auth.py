@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from slurmtower.api.security import ROLE_PERM, hash_token, new_token
+from slurmtower.api.security import hash_token, new_token
 from slurmtower.cli.app import app
 from slurmtower.errors import InvalidInput
-from slurmtower.settings import load_settings
+from slurmtower.settings import TOKEN_ROLES, load_settings
 
 __all__ = ["token_app"]
 
@@ -24,7 +24,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 
 @token_app.command("create")
 def token_create(
-    role: Annotated[str, typer.Option("--role", help="reader, operator or admin.")],
+    role: Annotated[str, typer.Option("--role", help="reader, operator, admin, or alerter (may only post "
+                                                     "alerts to /hooks/alertmanager).")],
     name: Annotated[str, typer.Option("--name", help="Who holds the token (shown in the audit log).")],
     config: Annotated[Path | None, typer.Option("--config", "-c", envvar="SLURMTOWER_CONFIG",
                                                 help="Config file, to refuse a name already in use.")] = None,
@@ -34,8 +35,8 @@ def token_create(
 
     Only the SHA-256 goes into the config; the token itself is not stored anywhere.
     """
-    if role not in ROLE_PERM:
-        raise InvalidInput(f"--role {role!r} is not one of {', '.join(ROLE_PERM)}", param="role")
+    if role not in TOKEN_ROLES:
+        raise InvalidInput(f"--role {role!r} is not one of {', '.join(TOKEN_ROLES)}", param="role")
     if not _NAME_RE.match(name):
         raise InvalidInput(f"--name {name!r}: use 1-64 letters, digits, '.', '_', '@' or '-'", param="name")
     if output not in ("text", "yaml", "json"):

@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 
 from slurmtower.cli.app import app
-from slurmtower.devcluster import DEFAULT_DIR, DevCluster
+from slurmtower.devcluster import DEFAULT_DIR, DevCluster, find_slurm_installs, release_cluster_layout
 from slurmtower.nodeset import NodeSet
 
 __all__ = ["devcluster_app"]
 
-devcluster_app = typer.Typer(help="A real local Slurm cluster (Debian's Slurm 22.05) for tests and demos.",
+devcluster_app = typer.Typer(help="A real local Slurm cluster (Debian's Slurm 22.05, or one installed under "
+                             "--slurm-prefix) for tests and demos.",
                              no_args_is_help=True)
 app.add_typer(devcluster_app, name="devcluster")
 
@@ -24,8 +25,10 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its
                                       envvar="SLURMTOWER_DEVCLUSTER_DIR")]
 
 
-def _cluster(root: Path, quiet: bool = False, nodes: int | None = None) -> DevCluster:
-    return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo, nodes=nodes)
+def _cluster(root: Path, quiet: bool = False, nodes: int | None = None,
+             slurm_prefix: Path | None = None) -> DevCluster:
+    return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo, nodes=nodes,
+                      slurm_prefix=slurm_prefix)
 
 
 @devcluster_app.command()
@@ -38,9 +41,14 @@ def up(
         help="Node definitions (the scale lab): n1-n4 run a slurmd, the others none. "
              "Default: the count this --dir was last brought up with, else 4. "
              "Node i uses port PORT_BASE+100+i: see the README for safe port bases.")] = None,
+    slurm_prefix: Annotated[Path | None, typer.Option(
+        "--slurm-prefix", envvar="SLURMTOWER_DEVCLUSTER_SLURM_PREFIX",
+        help="Run the Slurm installed under this prefix (its sbin/ and bin/, e.g. /opt/slurm-26.05) "
+             "instead of Debian's 22.05 packages; give it its own --dir, name and port base to run "
+             "beside the default cluster. Default: what this --dir was brought up with.")] = None,
 ) -> None:
     """Install what is missing and start the cluster (a quick no-op when it runs)."""
-    _cluster(root, nodes=nodes).up(fresh=fresh, own_mariadb=own_mariadb)
+    _cluster(root, nodes=nodes, slurm_prefix=slurm_prefix).up(fresh=fresh, own_mariadb=own_mariadb)
 
 
 @devcluster_app.command()
@@ -58,7 +66,7 @@ def status(root: DirOpt = DEFAULT_DIR,
         typer.echo(json.dumps(st, indent=2))
         return
     typer.echo(f"cluster {st['cluster']} in {st['dir']}: {'UP' if st['up'] else 'DOWN'} "
-               f"({st['node_count']} nodes)")
+               f"({st['node_count']} nodes, Slurm {st['slurm_prefix'] or 'from Debian (/usr)'})")
     for name, pid in dict(st["daemons"]).items():  # type: ignore[call-overload]
         typer.echo(f"  {name:<12} {'pid ' + str(pid) if pid else 'not running'}")
     by_state: dict[str, list[str]] = {}
@@ -74,6 +82,22 @@ def status(root: DirOpt = DEFAULT_DIR,
 def env(root: DirOpt = DEFAULT_DIR) -> None:
     """Print shell exports: eval "$(slurmtower devcluster env)"."""
     typer.echo(_cluster(root, quiet=True).env_exports(), nl=False)
+
+
+@devcluster_app.command()
+def installs(output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
+    """List Slurm installs besides Debian's (/opt/slurm-*, $SLURMTOWER_TEST_SLURM_PREFIXES) and the
+    dir, name and port base `up --slurm-prefix` is given for each by the test suite."""
+    rows = []
+    for install in find_slurm_installs():
+        root, name, port_base = release_cluster_layout(install)
+        rows.append({"prefix": str(install.prefix), "version": install.version, "dir": str(root),
+                     "cluster_name": name, "port_base": port_base})
+    if output == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['prefix']}\t{row['version']}\t{row['dir']}\t{row['cluster_name']}\t{row['port_base']}")
 
 
 @devcluster_app.command("fail-node")

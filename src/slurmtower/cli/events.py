@@ -1,4 +1,5 @@
-"""``slurmtower sensor``, ``slurmtower events [--follow]`` and ``slurmtower rules check DIR``."""
+"""``slurmtower sensor``, ``slurmtower events [--follow]``, ``slurmtower alert`` and
+``slurmtower rules check DIR``."""
 
 from __future__ import annotations
 
@@ -115,6 +116,59 @@ def events_cmd(
                 position = last
     except KeyboardInterrupt:
         return
+
+
+@app.command("alert")
+def alert_cmd(
+    file: Annotated[str, typer.Argument(help="A JSON file of alerts, or - for standard input.")] = "-",
+    format_: Annotated[str, typer.Option("--format", "-f", help="alertmanager (Alertmanager's webhook body) "
+                                         "or generic (an alert, or {\"alerts\": [...]})")] = "alertmanager",
+    config: ConfigOpt = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text",
+) -> None:
+    """Record alerts as events, as ``POST /hooks/alertmanager`` and ``/hooks/generic`` do (one
+    ``alert.firing`` / ``alert.resolved`` event per alert, its node from the labels, copies
+    within ``hooks.dedupe_window`` left out): for a health check run from cron, or to try a
+    rule. The service's rule engine runs on them within a poll interval."""
+    from slurmtower.events.alerts import (
+        parse_alertmanager,
+        parse_generic,
+        parse_json_body,
+        record_alerts,
+        recorded_summary,
+    )
+    from slurmtower.events.store import EventStore
+
+    if format_ not in ("alertmanager", "generic"):
+        raise InvalidInput(f"--format {format_!r}: use alertmanager or generic", param="format")
+    if output not in ("text", "json"):
+        raise InvalidInput(f"--output {output!r}: use text or json", param="output")
+    settings = load_settings(config)
+    limit = settings.hooks.max_body_bytes
+    try:
+        if file == "-":
+            body = typer.get_binary_stream("stdin").read(limit + 1)
+        else:
+            with open(file, "rb") as handle:
+                body = handle.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{file}: {exc.strerror or exc}", param="file") from exc
+    if len(body) > limit:
+        raise InvalidInput(f"{file}: over hooks.max_body_bytes ({limit} bytes)", param="file")
+    data = parse_json_body(body)
+    parse = parse_alertmanager if format_ == "alertmanager" else parse_generic
+    alerts = parse(data, hooks=settings.hooks)
+    store = EventStore(settings.effective_store_url())
+    try:
+        stored, duplicates = record_alerts(store, alerts, dedupe_window=settings.hooks.dedupe_window)
+    finally:
+        store.close()
+    if output == "json":
+        typer.echo(json.dumps(recorded_summary(len(alerts), stored, duplicates)))
+        return
+    for ev in stored:
+        typer.echo(_describe(ev))
+    typer.echo(f"{len(alerts)} alert(s): {len(stored)} recorded, {duplicates} already recorded")
 
 
 @rules_app.command("check")

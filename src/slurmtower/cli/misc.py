@@ -43,10 +43,15 @@ def config_show(config: ConfigOpt = None,
 @app.command()
 def info(config: ConfigOpt = None,
          output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
-    """Print the Slurm version, the backend in use and its capabilities."""
+    """Print the Slurm version, the backend in use and its capabilities, slurmrestd's API versions
+    (where one is configured); warn (stderr) when the REST API version in use is deprecated."""
     from slurmtower.slurm import make_client
+    from slurmtower.slurm.info import cluster_info
 
-    caps = make_client(load_settings(config)).capabilities().as_dict()
+    settings = load_settings(config)
+    caps, warnings = cluster_info(settings, make_client(settings))
+    for warning in warnings:
+        typer.echo(f"slurmtower: warning: {warning}", err=True)
     if output == "json":
         typer.echo(json.dumps(caps, indent=2))
         return
@@ -54,6 +59,6 @@ def info(config: ConfigOpt = None,
         if isinstance(value, dict):
             typer.echo(f"{key}:")
             for k, v in value.items():
-                typer.echo(f"  {k}: {v}")
+                typer.echo(f"  {k}: {', '.join(map(str, v)) if isinstance(v, list) else v}")
         else:
             typer.echo(f"{key}: {', '.join(value) if isinstance(value, list) else value}")

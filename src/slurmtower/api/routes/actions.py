@@ -9,22 +9,34 @@ in drain tags and the ``who`` of the audit log.
 from __future__ import annotations
 
 import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from slurmtower.actions import AuditRecord, Catalogue, Envelope
+from slurmtower.actions import AuditRecord, Catalogue, Envelope, st2
+from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import Services, get_services
+from slurmtower.api.services import BackgroundTask, Services, get_services
 from slurmtower.errors import PermissionDenied
+from slurmtower.visibility import Visibility
 
 __all__ = ["AuditPage", "router", "setup", "shutdown"]
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["actions"])
 ServicesDep = Annotated[Services, Depends(get_services)]
 _PERM = {"read": Perm.READ, "operate": Perm.OPERATE, "admin": Perm.ADMIN}
+ActionName = Annotated[str, Path(description="An action name, e.g. `slurm.node.drain` (see `GET /actions`).")]
+Format = Annotated[str, Query(
+    description="`st2`: the execution as the StackStorm slurm pack gives it (`id`, `status`, `parameters`, "
+                "`result: {exit_code, result, stderr, stdout}`, the pack's field names; docs/stackstorm.md); "
+                "`slurmtower` (the default): slurmtower's envelope.",
+    json_schema_extra={"enum": list(st2.FORMATS)})]
 
 
 class AuditPage(BaseModel):
@@ -34,8 +46,34 @@ class AuditPage(BaseModel):
 
 
 def setup(services: Services, _app: Any = None) -> None:
-    """Build the catalogue (once: the rule engine shares it)."""
+    """Build the catalogue (once: the rule engine shares it) and declare the purge of old
+    executions (``actions.retention_days``), run by the archiver's leader."""
     services.action_catalogue()
+    settings = services.settings.actions
+
+    async def purge_round() -> float:
+        store = _catalogue(services).store
+        cutoff = datetime.now(UTC) - timedelta(days=settings.retention_days)
+        purged = await asyncio.to_thread(store.purge_executions, older_than=cutoff)
+        if purged:
+            log.info("purged %d executions started before %s", purged, cutoff.isoformat())
+        return settings.purge_interval
+
+    services.background.append(BackgroundTask(name="execution-purge", run=purge_round, role="archiver"))
+
+    async def maintenance_round() -> float:
+        # Maintenance runs (slurm.node.maintain) go on from their events: in the archiver's
+        # leader, one step at a time, after a restart too.
+        store = services.event_store
+        if store is None:
+            return settings.maintenance_interval
+        from slurmtower.actions.maintain import Maintenance
+
+        runner = Maintenance(_catalogue(services), store, state_dir=services.settings.state_dir)
+        await asyncio.to_thread(runner.advance)
+        return settings.maintenance_interval
+
+    services.background.append(BackgroundTask(name="maintenance", run=maintenance_round, role="archiver"))
 
 
 async def shutdown(services: Services) -> None:
@@ -47,55 +85,82 @@ def _catalogue(services: Services) -> Catalogue:
     return services.action_catalogue()
 
 
-@router.get("/actions", dependencies=[require(Perm.READ)])
+@router.get("/actions", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
 async def list_actions() -> list[dict[str, Any]]:
     """Every action with its permission and the JSON Schema of its parameters."""
     return [Catalogue.spec(n).describe() for n in Catalogue.names()]
 
 
-@router.get("/actions/{name}", dependencies=[require(Perm.READ)])
-async def show_action(name: str) -> dict[str, Any]:
+@router.get("/actions/{name}", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS, 404))
+async def show_action(name: ActionName) -> dict[str, Any]:
     """One action with the JSON Schema of its parameters."""
     return Catalogue.spec(name).describe()
 
 
 @router.post("/actions/{name}", response_model=Envelope,
-             responses={400: {"description": "bad input"}, 403: {"description": "role too low"},
-                        404: {"description": "unknown action or node"},
-                        409: {"description": "refused: node held by another owner"}})
+             responses=problems(400, *READ_PROBLEMS, 404, 409, 503))
 async def run_action(
-    name: str,
+    name: ActionName,
     services: ServicesDep,
     principal: Annotated[Principal, require(Perm.READ)],
     parameters: Annotated[dict[str, Any] | None, Body()] = None,
     dry_run: Annotated[bool | None, Query(description="Same as the dry_run parameter.")] = None,
+    idempotency_key: Annotated[str | None, Header(
+        description="A retry with the same key and parameters returns the first execution's envelope "
+                    "without acting again (other parameters: 409). Keys are per principal; read-only "
+                    "actions ignore it.")] = None,
+    format: Format = "slurmtower",  # noqa: A002 - the query parameter's name
 ) -> JSONResponse:
     """Run an action with JSON parameters; the same envelope as ``slurmtower run``."""
+    shape = st2.check_format(format)
     catalogue = _catalogue(services)
     spec = catalogue.spec(name)
     needed = _PERM[spec.permission]
     if principal.perm < needed:
         raise PermissionDenied(f"{principal.name} ({principal.role}) may not run {name}: needs "
                                f"{needed.name.lower()}")
+    given = parameters or {}
+    if shape == "st2":  # the pack's names of config items and job fields
+        parameters = st2.pack_params(name, given)
+    if not spec.mutating:
+        Visibility.from_settings(services.settings).check_search(parameters, principal)
     env = await asyncio.to_thread(catalogue.execute, name, parameters or {}, principal=principal.name,
-                                  via="api", dry_run=dry_run)
-    return JSONResponse(env.model_dump(mode="json"), status_code=env.http_status)
+                                  via="api", dry_run=dry_run, idempotency_key=idempotency_key,
+                                  role=principal.role)
+    body = _shown(services, env, principal)
+    return JSONResponse(st2.execution(body, given) if shape == "st2" else body, status_code=env.http_status)
 
 
-@router.get("/executions/{execution_id}", dependencies=[require(Perm.READ)], response_model=Envelope)
-async def get_execution(execution_id: str, services: ServicesDep) -> Envelope:
+def _shown(services: Services, env: Envelope, principal: Principal) -> dict[str, Any]:
+    """The envelope as ``principal`` may see it: jobs in its result without the private
+    fields of other users' jobs for readers (:mod:`slurmtower.visibility`)."""
+    body = env.model_dump(mode="json")
+    body["result"] = Visibility.from_settings(services.settings).records(body.get("result"), principal)
+    return body
+
+
+@router.get("/executions/{execution_id}", response_model=Envelope,
+            responses=problems(400, *READ_PROBLEMS, 404))
+async def get_execution(
+    execution_id: Annotated[str, Path(description="The envelope's execution_id.")], services: ServicesDep,
+    principal: Annotated[Principal, require(Perm.READ)],
+    format: Format = "slurmtower",  # noqa: A002 - the query parameter's name
+) -> JSONResponse:
     """One execution's envelope."""
-    return await asyncio.to_thread(_catalogue(services).get_execution, execution_id)
+    shape = st2.check_format(format)
+    env = await asyncio.to_thread(_catalogue(services).get_execution, execution_id)
+    body = _shown(services, env, principal)
+    return JSONResponse(st2.execution(body) if shape == "st2" else body)
 
 
-@router.get("/audit", dependencies=[require(Perm.READ)])
+@router.get("/audit", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
 async def list_audit(
     services: ServicesDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    before: Annotated[int | None, Query(description="seq of the last record seen (keyset).")] = None,
-    who: str | None = None,
-    action: str | None = None,
-    execution_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many records (1-1000).")] = 50,
+    before: Annotated[int | None, Query(ge=0, le=MAX_ID, description="seq of the last record seen (keyset).")] = None,
+    who: Annotated[str | None, Query(description="Only records of this principal.")] = None,
+    action: Annotated[str | None, Query(description="Only records of this action.")] = None,
+    execution_id: Annotated[str | None, Query(description="Only records of this execution.")] = None,
 ) -> AuditPage:
     """The audit log of mutating actions, newest first."""
     store = _catalogue(services).store

@@ -10,30 +10,42 @@ The drain and resume buttons are rendered only for callers who may operate.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import resources
+from importlib import resources as package_files
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse
-from jinja2 import Environment, PackageLoader, select_autoescape
 
-from slurmtower import __version__
+from slurmtower.api.cache import Snapshot, shared_cache
+from slurmtower.api.routes.events import hidden_nodes
 from slurmtower.api.security import (
-    CSRF_HEADER,
-    TOKEN_COOKIE,
     LoginRateLimited,
     Perm,
     Principal,
     require,
 )
 from slurmtower.api.services import Services, get_services
-from slurmtower.dashboard.data import cluster_view, node_view
+from slurmtower.dashboard.data import node_view
+from slurmtower.dashboard.jobs_view import duration_text, job_times
+from slurmtower.dashboard.overview import (
+    EventLine,
+    event_line,
+    job_counts,
+    partition_rows,
+    resources,
+)
+from slurmtower.dashboard.render import natural_key, render
 from slurmtower.errors import AuthenticationError, NotFound, SlurmtowerError
 from slurmtower.models import JobState
+from slurmtower.models.table import JobTable
+from slurmtower.visibility import Visibility
 
-__all__ = ["VENDORED", "router", "setup"]
+__all__ = ["VENDORED", "overview", "router", "setup"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 ServicesDep = Annotated[Services, Depends(get_services)]
@@ -42,6 +54,7 @@ Reader = Annotated[Principal, require(Perm.READ)]
 #: Files under dashboard/static that may be served, with their media types.
 _STATIC = {
     "dashboard.js": "text/javascript",
+    "common.js": "text/javascript",
     "dashboard.css": "text/css",
     "uPlot.iife.min.js": "text/javascript",
     "uPlot.min.css": "text/css",
@@ -52,44 +65,101 @@ VENDORED = {"uPlot.iife.min.js": ("uplot", "1.6.32", "MIT"), "uPlot.min.css": ("
 
 _QUEUE_STATES = (JobState.RUNNING, JobState.PENDING, JobState.COMPLETING, JobState.SUSPENDED)
 _QUEUE_LIMIT = 200
+#: Above this many nodes the overview shows counts and links to the node map (/ui/nodes)
+#: instead of a box per node.
+MAP_LIMIT = 256
+#: Events listed when the page opens (newer ones arrive over /events/stream).
+_EVENTS = 30
 
-_env = Environment(loader=PackageLoader("slurmtower.dashboard", "templates"),
-                   autoescape=select_autoescape(("html",), default=True), trim_blocks=True,
-                   lstrip_blocks=True)
+_render = render
 
 
-def _render(name: str, **context: Any) -> HTMLResponse:
-    html = _env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER,
-                                          token_cookie=TOKEN_COOKIE, **context)
-    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+@dataclass
+class _Overview:
+    """What the overview shows that is the same for every viewer, made once per snapshot set."""
+
+    key: tuple[Any, ...]
+    nodes: list[Any]
+    node_total: int
+    node_counts: dict[str, int]
+    resources: list[Any]
+    job_counts: list[tuple[str, int]]
+    partition_rows: list[dict[str, Any]]
+    queue_rows: list[int]
+    queue_total: int
+
+
+_OVERVIEWS: dict[int, _Overview] = {}
+
+
+def _overview(snaps: Sequence[Snapshot], policy: Visibility) -> _Overview:
+    """Built off the event loop: 5,000 node models and their boxes, partition sums."""
+    nodes_snap, jobs_snap, parts_snap = snaps
+    node_models = policy.nodes(nodes_snap.value.nodes())
+    views = sorted((node_view(n) for n in node_models), key=lambda n: natural_key(n.name))
+    counts: dict[str, int] = {}
+    for n in views:
+        counts[n.css] = counts.get(n.css, 0) + 1
+    table: JobTable = jobs_snap.value
+    running = table.select(state={JobState.RUNNING.value})
+    others = table.select(state={s.value for s in _QUEUE_STATES if s is not JobState.RUNNING})
+    css = {n.name: n.css for n in views}
+    return _Overview(
+        key=tuple((s.resource, s.generation, s.stale) for s in snaps),
+        nodes=views if len(views) <= MAP_LIMIT else [], node_total=len(views), node_counts=counts,
+        resources=resources(node_models), job_counts=job_counts(table),
+        partition_rows=partition_rows(policy.partitions(parts_snap.value), {n.name: n for n in node_models}, css),
+        queue_rows=[*running, *others][:_QUEUE_LIMIT], queue_total=len(running) + len(others))
+
+
+async def overview(services: Services) -> tuple[_Overview, Sequence[Snapshot]]:
+    """The viewer-independent part of the overview (also the partitions page's rows) of the
+    current snapshots, made once per snapshot set."""
+    cache = shared_cache(services)
+    snaps = await cache.get_all("nodes", "jobs", "partitions")
+    key = tuple((s.resource, s.generation, s.stale) for s in snaps)
+    view = _OVERVIEWS.get(id(cache))
+    if view is None or view.key != key:
+        view = await asyncio.to_thread(_overview, snaps, Visibility.from_settings(services.settings))
+        _OVERVIEWS.clear()  # one cache per process: keep only its newest
+        _OVERVIEWS[id(cache)] = view
+    return view, snaps
 
 
 async def _fragments(services: Services, principal: Principal) -> dict[str, Any]:
-    view = await cluster_view(services)
-    nodes = sorted((node_view(n) for n in view.nodes), key=lambda n: _natural(n.name))
-    table = view.jobs
-    running = table.select(state={JobState.RUNNING.value})
-    others = table.select(state={s.value for s in _QUEUE_STATES if s is not JobState.RUNNING})
+    view, snaps = await overview(services)
+    policy = Visibility.from_settings(services.settings)
     # Only the rows shown become models: a queue of 100,000 jobs stays cheap to draw.
-    queue = table.jobs([*running, *others][:_QUEUE_LIMIT])
-    counts: dict[str, int] = {}
-    for n in nodes:
-        counts[n.css] = counts.get(n.css, 0) + 1
+    # (The snapshot holds no hidden partition: the policy applies where the queue is read.)
+    now = datetime.now(UTC)
+    queue = []
+    for job in snaps[1].value.jobs(view.queue_rows):
+        elapsed, left = job_times(job, now)
+        queue.append((policy.redact(job, principal), duration_text(elapsed), duration_text(left)))
+    fetched = min(s.fetched_at for s in snaps[:2])
     return {
-        "nodes": nodes,
-        "node_counts": counts,
+        "nodes": view.nodes,
+        "node_total": view.node_total,
+        "node_counts": view.node_counts,
+        "resources": view.resources,
+        "job_counts": view.job_counts,
+        "partition_rows": view.partition_rows,
         "queue": queue,
-        "queue_total": len(running) + len(others),
-        "fetched_at": view.fetched_at.astimezone(UTC).strftime("%H:%M:%S UTC"),
-        "stale": view.stale,
+        "queue_total": view.queue_total,
+        "fetched_at": fetched.astimezone(UTC).strftime("%H:%M:%S UTC"),
+        "stale": snaps[0].stale or snaps[1].stale,
         "can_operate": principal.may_operate,
     }
 
 
-def _natural(name: str) -> tuple[Any, ...]:
-    import re
-
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+async def _recent_events(services: Services) -> list[EventLine]:
+    """The last events of the store, newest first, without those of hidden nodes."""
+    store = services.event_store
+    if store is None:
+        return []
+    hidden = await hidden_nodes(services)
+    found = await asyncio.to_thread(store.query, limit=_EVENTS * 2 if hidden else _EVENTS, descending=True)
+    return [event_line(ev) for ev in found if ev.node not in hidden][:_EVENTS]
 
 
 @router.get("", response_class=HTMLResponse)
@@ -97,13 +167,20 @@ async def page(services: ServicesDep, principal: Reader) -> HTMLResponse:
     """The dashboard page."""
     context = await _fragments(services, principal)
     return _render("ui.html", principal=principal, cluster=services.settings.cluster_name or "slurm",
-                   now=datetime.now(UTC), **context)
+                   now=datetime.now(UTC), active="/ui", events=await _recent_events(services),
+                   map_limit=MAP_LIMIT, **context)
 
 
 @router.get("/fragments/nodes", response_class=HTMLResponse)
 async def nodes_fragment(services: ServicesDep, principal: Reader) -> HTMLResponse:
     """The node map, re-rendered (the page swaps it in every few seconds)."""
     return _render("_nodes.html", **await _fragments(services, principal))
+
+
+@router.get("/fragments/summary", response_class=HTMLResponse)
+async def summary_fragment(services: ServicesDep, principal: Reader) -> HTMLResponse:
+    """Resources, jobs by state and the partitions' bars, re-rendered."""
+    return _render("_summary.html", **await _fragments(services, principal))
 
 
 @router.get("/fragments/queue", response_class=HTMLResponse)
@@ -131,8 +208,14 @@ async def static(name: str) -> Response:
     media = _STATIC.get(name)
     if media is None:
         raise NotFound(f"no static file {name!r}")
-    body = resources.files("slurmtower.dashboard").joinpath("static", name).read_bytes()
+    body = package_files.files("slurmtower.dashboard").joinpath("static", name).read_bytes()
     return Response(body, media_type=media, headers={"Cache-Control": "public, max-age=3600"})
+
+
+def _is_page(path: str) -> bool:
+    """A dashboard page a browser navigates to (not its fragments, static files or login)."""
+    return path == "/ui" or (path.startswith("/ui/") and not path.startswith(
+        ("/ui/static/", "/ui/fragments/", "/ui/login", "/ui/whoami")))
 
 
 def setup(_services: Services, app: FastAPI) -> None:
@@ -141,7 +224,7 @@ def setup(_services: Services, app: FastAPI) -> None:
 
     async def unauthenticated(request: Request, exc: Exception) -> Response:
         wants_html = "text/html" in request.headers.get("accept", "")
-        if (request.url.path == "/ui" and wants_html and isinstance(exc, AuthenticationError)
+        if (_is_page(request.url.path) and wants_html and isinstance(exc, AuthenticationError)
                 and not isinstance(exc, LoginRateLimited)):
             page = _render("redirect.html", message=exc.message, target="/ui/login")
             page.status_code = 401

@@ -13,14 +13,17 @@ import re
 import threading
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from slurmtower.accounting import AccountingDB, HistoryQuery, parse_history_query
+from slurmtower.accounting.pool import AccountingPool
 from slurmtower.api.cache import services_of, strict_query
-from slurmtower.api.security import Perm, require
+from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.security import Perm, Principal, require
 from slurmtower.api.services import Services
 from slurmtower.errors import AccountingUnavailable, ConfigError, InvalidInput
 from slurmtower.models.accounting import AccountingUser, HistoryPage
+from slurmtower.visibility import Visibility
 
 __all__ = ["accounting_db", "router", "setup", "shutdown"]
 
@@ -50,6 +53,17 @@ async def shutdown(services: Services) -> None:
     db = services.accounting
     if db is not None:
         await asyncio.to_thread(db.close)
+    if services.accounting_pool is not None:
+        services.accounting_pool.close()
+        services.accounting_pool = None
+
+
+def accounting_pool(services: Services) -> AccountingPool:
+    """The process's pool for database reads (made on first use)."""
+    if services.accounting_pool is None:
+        acct = services.settings.accounting
+        services.accounting_pool = AccountingPool(workers=acct.max_concurrency, wait=acct.request_wait)
+    return services.accounting_pool
 
 
 def accounting_db(services: Services) -> AccountingDB:
@@ -77,44 +91,73 @@ def accounting_db(services: Services) -> AccountingDB:
         return db
 
 
-@router.get("/history", dependencies=[require(Perm.READ)], response_model=HistoryPage)
-async def history(request: Request, services: ServicesDep) -> HistoryPage:
-    """Job history, newest first: filters limit, offset, cursor, user, partition, account,
-    jobname, associd, state (0-11 or name), jobid (= > < >= <=), submitted/started/ended
-    before/after."""
+# Declared for the OpenAPI document only: the route parses the raw query string (``jobid<=5``
+# is no key=value pair), which also refuses unknown, repeated and malformed filters (400).
+_Text = Annotated[str | None, Query(description="A name (exact match).")]
+_Time = Annotated[str | None, Query(description="ISO 8601 (naive = UTC) or Unix seconds; `*_after` is "
+                                    "inclusive, `*_before` exclusive.")]
+
+
+@router.get("/history", response_model=HistoryPage, responses=problems(400, *READ_PROBLEMS, 503))
+async def history(
+    request: Request,
+    services: ServicesDep,
+    principal: Annotated[Principal, require(Perm.READ)],
+    limit: Annotated[str | None, Query(description="Jobs per page, 1-1000 (default 10).")] = None,
+    offset: Annotated[str | None, Query(description="Rows to skip (prefer `cursor`).")] = None,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    user: Annotated[str | None, Query(description="User name (or uid when no such name).")] = None,
+    partition: _Text = None,
+    account: _Text = None,
+    jobname: Annotated[str | None, Query(description="Exact job name.")] = None,
+    associd: Annotated[str | None, Query(description="Association id.")] = None,
+    state: Annotated[str | None, Query(description="Job state: 0-11 or a name (`FAILED`, `F` ...).")] = None,
+    jobid: Annotated[str | None, Query(description="Job id; also `jobid>N`, `jobid<N`, `jobid>=N`, "
+                                       "`jobid<=N`, repeatable to give a range.")] = None,
+    submitted_after: _Time = None,
+    submitted_before: _Time = None,
+    started_after: _Time = None,
+    started_before: _Time = None,
+    ended_after: _Time = None,
+    ended_before: _Time = None,
+) -> HistoryPage:
+    """Job history from slurmdbd's database, newest first (see the parameters for filters).
+
+    Readers see other users' jobs without their private fields (``api.private_job_fields``)."""
     query = parse_history_query(request.scope.get("query_string", b"").decode("latin-1"))
     _check_names(query)
-    timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
+
+    policy = Visibility.from_settings(services.settings)
 
     def read() -> HistoryPage:
-        return accounting_db(services).history(query)
+        page = accounting_db(services).history(query)  # hidden partitions are left out there
+        return page.model_copy(update={"jobs": [policy.redact(j, principal) for j in page.jobs]})
 
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 2)
-    except TimeoutError as exc:
-        raise AccountingUnavailable("the accounting database did not answer in time") from exc
+    return await accounting_pool(services).run(read)
 
 
-@router.get("/users", dependencies=[require(Perm.READ)], response_model=list[AccountingUser])
-async def users(request: Request, services: ServicesDep) -> list[AccountingUser]:
-    """Users known to slurmdbd with their associations (accounts, partitions, limits); ``name=``."""
+@router.get("/users", dependencies=[require(Perm.READ)], response_model=list[AccountingUser],
+            responses=problems(400, *READ_PROBLEMS, 503))
+async def users(
+    request: Request,
+    services: ServicesDep,
+    name: Annotated[str | None, Query(description="Only this user.")] = None,
+) -> list[AccountingUser]:
+    """Users known to slurmdbd with their associations (accounts, partitions, limits)."""
     params = strict_query(request, ("name",))
     name = params.get("name")
     if name is not None and not _NAME.fullmatch(name):
         raise InvalidInput(f"name is not a valid user name: {name[:60]!r}", param="name")
-    timeout = services.settings.accounting.query_timeout + services.settings.accounting.connect_timeout
 
-    hidden = set(services.settings.api.hidden_partitions)
+    policy = Visibility.from_settings(services.settings)
 
     def read() -> list[AccountingUser]:
         found = accounting_db(services).users(name)
-        if not hidden:
+        if not policy.hidden_partitions:
             return found
         # associations limited to a hidden partition are hidden like the partition itself
-        return [u.model_copy(update={"associations": [a for a in u.associations if a.partition not in hidden]})
+        return [u.model_copy(update={"associations": [a for a in u.associations
+                                                      if policy.shows_partition(a.partition)]})
                 for u in found]
 
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(read), timeout + 2)
-    except TimeoutError as exc:
-        raise AccountingUnavailable("the accounting database did not answer in time") from exc
+    return await accounting_pool(services).run(read)

@@ -1,13 +1,16 @@
 """Live reads through the shared snapshot cache: /queue, /nodes, /partitions, /stats, /usage.
 
 Every body carries ``fetched_at`` and ``stale`` (and ``stale_reason`` when stale); the
-``X-Data-Age`` header gives the age in seconds. Partitions listed in
+``X-Data-Age`` header gives the age in seconds. ``/nodes/holds`` joins the drain holds of
+slurmtower's store to the node snapshot per request (``/nodes`` stays answered from cached
+bytes). Partitions listed in
 ``api.hidden_partitions`` are hidden everywhere: their jobs leave /queue and /usage, their
 names leave node partition lists, nodes that belong to hidden partitions only leave /nodes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -17,8 +20,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from slurmtower.actions.holds import HoldStore, node_holds
 from slurmtower.api.cache import (
     FastReads,
     Snapshot,
@@ -31,14 +36,17 @@ from slurmtower.api.cache import (
 )
 from slurmtower.api.metrics_hook import slurm_call_observer
 from slurmtower.api.offload import OffloadSpec, RefreshWorker
-from slurmtower.api.security import Perm, require
-from slurmtower.api.services import Services
+from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.security import Perm, Principal, require
+from slurmtower.api.services import BackgroundTask, Services
 from slurmtower.errors import InvalidInput
 from slurmtower.models import ControllerStats, Job, JobState, Node, NodeFlag, NodeState, Partition
 from slurmtower.models.table import JobTable, NodeTable, node_fragment
 from slurmtower.nodeset import NodeSet
+from slurmtower.visibility import Visibility
 
 __all__ = [
+    "NodeHoldsResponse",
     "NodesResponse",
     "PartitionsResponse",
     "QueueResponse",
@@ -91,6 +99,35 @@ class NodesResponse(LiveMeta):
     nodes: list[Node]
 
 
+class NodeHold(BaseModel):
+    holder: str
+    """``slurmtower:alice@cli`` (who@via), or ``user:root`` for a DRAIN/DOWN made outside slurmtower."""
+    reason: str | None
+    since: datetime | None
+    """When the hold began (null: unknown)."""
+    state: str
+    """What the holder asked for: ``DRAIN`` or ``DOWN`` (an outside hold: the node's state)."""
+    execution_id: str | None
+    """The execution that made it (``GET /executions/{id}``); null for an outside hold."""
+    outside: bool
+
+
+class HeldNode(BaseModel):
+    name: str
+    state: str
+    """``IDLE+DRAIN`` as scontrol prints it."""
+    reason: str | None
+    """The reason Slurm shows: every hold's, each with its holder's tag."""
+    holds: list[NodeHold]
+    """Oldest first; the node is back in service only once every hold is released."""
+
+
+class NodeHoldsResponse(LiveMeta):
+    count: int
+    """Nodes out of service (DOWN, DRAIN, FAIL) in this answer."""
+    nodes: list[HeldNode]
+
+
 class PartitionsResponse(LiveMeta):
     count: int
     partitions: list[Partition]
@@ -127,42 +164,19 @@ class UsageResponse(LiveMeta):
     """Over every visible partition (a node in two partitions counts once)."""
 
 
-# -- hidden partitions --------------------------------------------------------------------
-def _split(partition: str | None) -> list[str]:
-    return [p for p in (partition or "").split(",") if p]
-
-
+# -- hidden partitions (the policy is slurmtower.visibility) -------------------------------
 def visible_jobs(jobs: list[Job], hidden: Collection[str]) -> list[Job]:
-    """Jobs outside hidden partitions; a pending job that names several partitions keeps the
-    visible ones."""
-    if not hidden:
-        return jobs
-    out = []
-    for job in jobs:
-        parts = _split(job.partition)
-        shown = [p for p in parts if p not in hidden]
-        if parts and not shown:
-            continue
-        out.append(job if shown == parts else job.model_copy(update={"partition": ",".join(shown)}))
-    return out
+    """Jobs outside hidden partitions (:meth:`Visibility.jobs`)."""
+    return Visibility(hidden_partitions=frozenset(hidden)).jobs(jobs) if hidden else jobs
 
 
 def visible_nodes(nodes: list[Node], hidden: Collection[str]) -> list[Node]:
-    """Nodes without hidden partition names; a node only in hidden partitions is left out."""
-    if not hidden:
-        return nodes
-    out = []
-    for node in nodes:
-        shown = [p for p in node.partitions if p not in hidden]
-        if node.partitions and not shown:
-            continue
-        out.append(node if len(shown) == len(node.partitions)
-                   else node.model_copy(update={"partitions": shown}))
-    return out
+    """Nodes without hidden partition names (:meth:`Visibility.nodes`)."""
+    return Visibility(hidden_partitions=frozenset(hidden)).nodes(nodes) if hidden else nodes
 
 
 def visible_partitions(partitions: list[Partition], hidden: Collection[str]) -> list[Partition]:
-    return [p for p in partitions if p.name not in hidden]
+    return Visibility(hidden_partitions=frozenset(hidden)).partitions(partitions)
 
 
 # -- /usage -------------------------------------------------------------------------------
@@ -266,13 +280,24 @@ _READ = require(Perm.READ)
 
 def setup(services: Services, app: FastAPI) -> None:
     cache = shared_cache(services)
-    app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency)
+    policy = Visibility.from_settings(services.settings)
+
+    def queue_suffix(viewer: Principal) -> str:
+        snap = cache.peek("jobs")
+        return _queue_variant(policy, snap.value if snap is not None else None, viewer)[0]
+
+    app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency,
+                       variants={"/queue": queue_suffix})
     hidden = _hidden(services)
     # Hidden partitions leave the queue where it is read, so no view can forget them.
     cache.offload(OffloadSpec(resource="jobs", method="job_table", delta="job_queue_delta", transform=hide_jobs,
                               args=(hidden,), rpcs=("REQUEST_JOB_INFO",)))
     cache.offload(OffloadSpec(resource="nodes", method="nodes", transform=node_table, args=(hidden,),
                               rpcs=("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")))
+    if cache.shared is not None:
+        # Every process takes part in the election (a follower must be ready to take over).
+        services.background.append(BackgroundTask(name="shared-snapshot", run=cache.shared_round,
+                                                  on_stop=cache.shared.close, needs_leader=False))
 
 
 async def startup(services: Services) -> None:
@@ -283,6 +308,9 @@ async def startup(services: Services) -> None:
                                timeout=max(60.0, 2 * settings.slurm.command_timeout))
         worker.start()
         shared_cache(services).worker = worker
+    cache = shared_cache(services)
+    if cache.shared is not None:
+        await cache.shared_round()  # know this process's part before the first request
 
 
 async def shutdown(services: Services) -> None:
@@ -307,6 +335,21 @@ def hide_jobs(table: JobTable, hidden: frozenset[str]) -> JobTable:
 
 def _queue(table: JobTable) -> bytes:
     return b'{"count":%d,"jobs":%s}' % (len(table), table.all_json())
+
+
+def _queue_variant(policy: Visibility, table: JobTable | None, viewer: Principal) -> tuple[str, str | None]:
+    """The suffix of the caller's queue view and whose jobs keep their private fields in it:
+    ``""`` (everything) for those who see every private field; for readers the private-free
+    view, shared by every reader without jobs in the queue, one's own for a reader with jobs."""
+    if policy.sees_all_private(viewer):
+        return "", None
+    if table is not None and policy.owns_jobs(table, viewer):
+        return f"~private-free~{viewer.name}", viewer.name
+    return "~private-free", None
+
+
+def _queue_private_free(table: JobTable, policy: Visibility, owner: str | None) -> bytes:
+    return _queue(policy.private_free_table(table, owner))
 
 
 #: id(node) -> (node, its JSON): nodes whose scontrol line did not change are the same
@@ -413,7 +456,7 @@ def _limit(params: dict[str, str]) -> int | None:
     raw = params.get("limit")
     if raw is None:
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:  # int("²") raises
         raise InvalidInput(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:40]!r}", param="limit")
     return int(raw)
 
@@ -462,9 +505,10 @@ _QUEUE_PARAMS = ("user", "account", "partition", "state", "name", "nodes", "limi
 _NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor")
 
 
-@router.get("/queue", dependencies=[_READ], response_model=None,
-            responses={200: {"model": QueueResponse}, 400: {"description": "A bad parameter (named)."}})
-async def queue(request: Request, services: ServicesDep, user: QueueParam = None, account: QueueParam = None,
+@router.get("/queue", response_model=None,
+            responses={200: {"model": QueueResponse}, **problems(400, *READ_PROBLEMS, 503)})
+async def queue(request: Request, services: ServicesDep, principal: Annotated[Principal, _READ],
+                user: QueueParam = None, account: QueueParam = None,
                 partition: QueueParam = None,
                 state: Annotated[str | None, Query(description="Job states (`PENDING`, `RUNNING` ... or "
                                                    "squeue's `PD`, `R` ...), comma-separated.",
@@ -475,12 +519,17 @@ async def queue(request: Request, services: ServicesDep, user: QueueParam = None
 
     With filters (squeue's: user, account, partition, state, name, nodes) and/or ``limit``
     the answer is one page of the matching jobs, from the same snapshot (no Slurm query),
-    with ``count`` (all matching), ``returned`` and ``next_cursor``."""
+    with ``count`` (all matching), ``returned`` and ``next_cursor``. Readers see other
+    users' jobs without their private fields (``api.private_job_fields``)."""
     params = strict_query(request, _QUEUE_PARAMS)
     cache = _cache(services)
+    policy = Visibility.from_settings(services.settings)
     if not params:
         snap = await cache.get("jobs")
-        return respond(request, await cache.render("queue", [snap], _queue))
+        suffix, owner = _queue_variant(policy, snap.value, principal)
+        if not suffix:
+            return respond(request, await cache.render("queue", [snap], _queue))
+        return respond(request, await cache.render("queue" + suffix, [snap], _queue_private_free, policy, owner))
     filters: dict[str, Any] = {
         "user": _words(params, "user"), "account": _words(params, "account"),
         "partition": _words(params, "partition"), "name": _words(params, "name"),
@@ -492,16 +541,20 @@ async def queue(request: Request, services: ServicesDep, user: QueueParam = None
     _limit(params), _decode_cursor(params, "j")  # bad paging is refused before Slurm is asked
     snap = await cache.get("jobs")
     table: JobTable = snap.value
+    suffix, owner = _queue_variant(policy, table, principal)
 
     def build() -> bytes:
         rows = table.select(**{k: set(v) for k, v in filters.items() if v is not None})
-        return _page(table, rows, params, "j", "jobs")
+        # The private-free table has the same rows in the same order, indexes aside.
+        shown = policy.private_free_table(table, owner) if suffix else table
+        return _page(shown, rows, params, "j", "jobs")
 
-    return await _respond_query(request, cache, params, snap, build)
+    return respond(request, await cache.query_view(query_key(request.url.path + suffix, params), [snap], build),
+                   cache.clock)
 
 
 @router.get("/nodes", dependencies=[_READ], response_model=None,
-            responses={200: {"model": NodesResponse}, 400: {"description": "A bad parameter (named)."}})
+            responses={200: {"model": NodesResponse}, **problems(400, *READ_PROBLEMS, 503)})
 async def nodes(request: Request, services: ServicesDep,
                 state: Annotated[str | None, Query(description="Base states or flags (`idle`, `down`, `drain`, "
                                                    "`not_responding` ...), comma-separated: any matches.",
@@ -534,8 +587,48 @@ async def nodes(request: Request, services: ServicesDep,
     return await _respond_query(request, cache, params, snap, build)
 
 
+#: Node states and flags that take a node out of service (a hold's).
+_OUT = frozenset({NodeState.DOWN.value, NodeFlag.DRAIN.value, NodeFlag.FAIL.value})
+
+
+def _holds_body(store: HoldStore, table: NodeTable, node_set: NodeSet | None, read_at: datetime) -> dict[str, Any]:
+    rows = set(table.select(state=_OUT)) | set(table.rows_of(store.nodes()))
+    if node_set is not None:
+        rows &= set(table.rows_of(node_set))
+    nodes = [Node.model_validate_json(table.fragments[r]) for r in sorted(rows)]
+    holds = node_holds(store, nodes, read_at=read_at)
+    shown = [{"name": n.name, "state": n.state_text, "reason": n.reason,
+              "holds": [h.as_dict() for h in holds[n.name]]} for n in nodes if holds[n.name]]
+    return {"count": len(shown), "nodes": shown}
+
+
+@router.get("/nodes/holds", dependencies=[_READ], response_model=None,
+            responses={200: {"model": NodeHoldsResponse}, **problems(400, *READ_PROBLEMS, 503)})
+async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam = None) -> JSONResponse:
+    """Who holds each node out of service (drain holds): every owner's hold, oldest first.
+
+    Several owners can hold one node (a person, a health check, a rule); it resumes only when
+    every hold is released. Read from the same snapshot as ``/nodes`` (whose bytes stay
+    cached: holds are joined here, per request, from slurmtower's store), reconciled with it:
+    a node in service has no hold, an out-of-service node is held by the holders its reason
+    names (a reason set outside slurmtower: ``user:<who set it>``)."""
+    params = strict_query(request, ("nodes",))
+    node_set = _node_set(params)
+    cache = _cache(services)
+    snap = await cache.get("nodes")
+    store = HoldStore(services.action_catalogue().store.engine)
+    body = await asyncio.to_thread(_holds_body, store, snap.value, node_set, snap.fetched_at)
+    age = max(0.0, cache.clock() - snap.fetched_mono)
+    headers = {"X-Data-Age": f"{age:.3f}", "Cache-Control": "no-cache"}
+    meta: dict[str, Any] = {"fetched_at": snap.fetched_at.isoformat(), "stale": snap.stale}
+    if snap.stale:
+        headers["X-Data-Stale"] = "true"
+        meta["stale_reason"] = snap.error
+    return JSONResponse({**meta, **body}, headers=headers)
+
+
 @router.get("/partitions", dependencies=[_READ], response_model=None,
-            responses={200: {"model": PartitionsResponse}})
+            responses={200: {"model": PartitionsResponse}, **problems(400, *READ_PROBLEMS, 503)})
 async def partitions(request: Request, services: ServicesDep) -> Response:
     """Every partition with its nodes and limits."""
     strict_query(request, ())
@@ -545,7 +638,7 @@ async def partitions(request: Request, services: ServicesDep) -> Response:
 
 
 @router.get("/stats", dependencies=[_READ], response_model=None,
-            responses={200: {"model": StatsResponse}})
+            responses={200: {"model": StatsResponse}, **problems(400, *READ_PROBLEMS, 503)})
 async def stats(request: Request, services: ServicesDep) -> Response:
     """slurmctld statistics (sdiag): scheduler cycles, job counters, RPCs by type and user."""
     strict_query(request, ())
@@ -559,10 +652,10 @@ def _usage(nodes: NodeTable, jobs: JobTable, partitions: list[Partition], hidden
 
 
 @router.get("/usage", dependencies=[_READ], response_model=None,
-            responses={200: {"model": UsageResponse}})
+            responses={200: {"model": UsageResponse}, **problems(400, *READ_PROBLEMS, 503)})
 async def usage(request: Request, services: ServicesDep) -> Response:
     """For each partition, its nodes and the CPUs and memory its running jobs use, with totals."""
     strict_query(request, ())
     cache = _cache(services)
-    snaps = [await cache.get("nodes"), await cache.get("jobs"), await cache.get("partitions")]
+    snaps = await cache.get_all("nodes", "jobs", "partitions")
     return respond(request, await cache.render("usage", snaps, _usage, _hidden(services)))

@@ -24,33 +24,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel
-from sqlalchemy import (
-    Column,
-    Engine,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    delete,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Engine, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from slurmtower.api.cache import SnapshotCache, services_of, shared_cache, strict_query
+from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.routes.live import build_usage, visible_nodes
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import BackgroundTask, Services
 from slurmtower.errors import InvalidInput, SlurmUnavailable
 from slurmtower.models import JobState, Node, Partition
 from slurmtower.models.table import JobTable
-from slurmtower.storage import make_store_engine
+from slurmtower.store import schema
+from slurmtower.store.engine import make_store_engine
 
 __all__ = ["LoadArchive", "LoadResponse", "LoadSample", "router", "setup"]
 
@@ -91,29 +79,16 @@ class LoadResponse(BaseModel):
 
 @dataclass
 class LoadArchive:
-    """The archive tables in slurmtower's own store, and the archiver lease."""
+    """The archive tables in slurmtower's own store (:mod:`slurmtower.store.schema`), and the
+    archiver lease."""
 
     engine: Engine
     holder: str
     lease_seconds: float
 
     def __post_init__(self) -> None:
-        md = MetaData()
-        self.samples = Table(
-            "load_samples", md,
-            Column("id", Integer, primary_key=True, autoincrement=True),
-            Column("ts", Float, nullable=False, index=True),
-            Column("holder", String(200), nullable=False),
-            Column("sample", Text, nullable=False),
-            sqlite_autoincrement=True,
-        )
-        self.leases = Table(
-            "leases", md,
-            Column("name", String(100), primary_key=True),
-            Column("holder", String(200), nullable=False),
-            Column("expires_at", Float, nullable=False),
-        )
-        self.metadata = md
+        self.samples = schema.load_samples
+        self.leases = schema.leases
         self._created = False
 
     @classmethod
@@ -124,11 +99,12 @@ class LoadArchive:
         return cls(engine=make_store_engine(settings.effective_store_url()), holder=holder, lease_seconds=lease)
 
     def create(self) -> None:
+        """Check the store's schema once (creating an empty store; raises
+        :class:`~slurmtower.errors.StoreSchemaError` for one at another revision)."""
         if not self._created:
-            url = self.engine.url
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                os.makedirs(os.path.dirname(os.path.abspath(url.database or ".")), exist_ok=True)
-            self.metadata.create_all(self.engine)
+            from slurmtower.store.migrate import check_or_create
+
+            check_or_create(self.engine)
             self._created = True
 
     def acquire(self, name: str = "archiver", now: float | None = None) -> bool:
@@ -218,7 +194,7 @@ def setup(services: Services, _app: FastAPI) -> None:
     async def round_() -> float:
         if not await asyncio.to_thread(archive.acquire):
             return settings.archive_wait_time
-        snaps = [await cache.get("nodes"), await cache.get("jobs"), await cache.get("partitions")]
+        snaps = await cache.get_all("nodes", "jobs", "partitions")
         if any(s.stale for s in snaps):
             raise SlurmUnavailable("slurmctld does not answer: no load sample taken")
         nodes = await asyncio.to_thread(snaps[0].value.nodes)
@@ -233,7 +209,7 @@ def setup(services: Services, _app: FastAPI) -> None:
         except Exception:  # the lease simply expires
             log.warning("could not release the archiver lease", exc_info=True)
 
-    services.background.append(BackgroundTask(name="load-archiver", run=round_,
+    services.background.append(BackgroundTask(name="load-archiver", run=round_, role="archiver",
                                               max_backoff=settings.max_backoff, on_stop=on_stop))
 
 
@@ -246,8 +222,16 @@ def _seconds(params: dict[str, str], name: str, default: float) -> float:
     return float(value)
 
 
-@router.get("/load", dependencies=[require(Perm.READ)], response_model=LoadResponse)
-async def load(request: Request, services: ServicesDep) -> LoadResponse:
+@router.get("/load", dependencies=[require(Perm.READ)], response_model=LoadResponse,
+            responses=problems(400, *READ_PROBLEMS))
+async def load(
+    request: Request,
+    services: ServicesDep,
+    time_s: Annotated[str | None, Query(alias="time", description="Seconds of samples (default: one "
+                                        "archive interval).")] = None,
+    offset_s: Annotated[str | None, Query(alias="offset", description="Ending this many seconds ago "
+                                          "(default 0).")] = None,
+) -> LoadResponse:
     """Archived load samples of the last ``time`` seconds (default: one archive interval),
     ending ``offset`` seconds ago."""
     params = strict_query(request, ("time", "offset"))

@@ -5,27 +5,50 @@ Each application gets a private :class:`CollectorRegistry` (several apps in one 
 the tests, never share or clash). Cluster gauges come from the shared snapshot cache, so a
 scrape adds no Slurm query beyond one per resource per ``api.refresh_interval``; event and
 rule-run counts come from slurmtower's own store, read at most once per interval.
+
+With several worker processes (``serve --workers N``) a scrape lands on any one of them, so
+the counters and histograms (HTTP requests, Slurm calls, snapshot queries) use
+prometheus_client's multiprocess mode: ``serve`` gives the workers a fresh private directory
+(:func:`multiprocess_dir`, in ``$PROMETHEUS_MULTIPROC_DIR``), each worker writes its values
+to its own files there, and a scrape sums every worker's files, those of workers that have
+died included (so totals never go down). The gauges computed at scrape from the snapshot and
+the store (nodes, CPUs, jobs, events ...) are the answering worker's own, single values: every
+worker sees the same cluster, summing them would count it N times.
+``slurmtower_process_info`` names the process that answered; ``slurmtower_worker_processes``
+counts the live workers. uvicorn's supervisor tells nobody when it replaces a dead worker, so
+each worker marks itself dead (:func:`~prometheus_client.multiprocess.mark_process_dead`) when
+it shuts down, and a scrape marks those whose process is gone (killed) as well.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
+import shutil
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest, values
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from sqlalchemy import column, func, select, table
 
+from slurmtower import __version__
 from slurmtower.api.metrics_hook import register_slurm_call_sink
+from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, require
 from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.data import ClusterView, cluster_view
+from slurmtower.errors import ConfigError
 from slurmtower.models import NodeState
 from slurmtower.models.event import (
     NODE_STATE,
@@ -36,7 +59,13 @@ from slurmtower.models.event import (
     RuleRunOutcome,
 )
 
-__all__ = ["AppMetrics", "router", "setup"]
+if TYPE_CHECKING:
+    from slurmtower.api.cache import SnapshotCache
+
+__all__ = ["MULTIPROCESS_VARIABLE", "AppMetrics", "multiprocess_dir", "router", "setup"]
+
+#: Where prometheus_client's multiprocess mode keeps the workers' files (set: that mode is on).
+MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 router = APIRouter(tags=["service"])
 ServicesDep = Annotated[Services, Depends(get_services)]
@@ -44,6 +73,7 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RULE_OUTCOMES: tuple[str, ...] = RuleRunOutcome.__args__  # type: ignore[attr-defined]
 _UNMATCHED = "<unmatched>"
+_SNAPSHOT_QUERIES_HELP = "Slurm queries made by the shared snapshot cache, by resource"
 #: Event types always exported (0 until one happens), so dashboards and alerts find them.
 _EVENT_TYPES = (NODE_STATE, SENSOR_UP, SENSOR_DOWN, SENSOR_TRIGGERED, SECURITY)
 
@@ -64,7 +94,9 @@ class _StoreCounts:
 class _ClusterCollector:
     """Yields the gauges of the last cluster view and store counts handed to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, multiprocess: bool = False) -> None:
+        #: Snapshot queries are then a multiprocess counter of their own (AppMetrics).
+        self.multiprocess = multiprocess
         self.view: ClusterView | None = None
         self.view_error: str | None = None
         self.store: _StoreCounts | None = None
@@ -81,12 +113,12 @@ class _ClusterCollector:
                                "1 when the last cluster snapshot was read from slurmctld, else 0")
         up.add_metric([], 0 if self.view is None or self.view.stale else 1)
         yield up
-        queries = CounterMetricFamily(
-            "slurmtower_snapshot_queries", "Slurm queries made by the shared snapshot cache, by resource",
-            labels=["resource"])
-        for resource, count in sorted(self.cache_queries.items()):
-            queries.add_metric([resource], count)
-        yield queries
+        if not self.multiprocess:
+            queries = CounterMetricFamily("slurmtower_snapshot_queries", _SNAPSHOT_QUERIES_HELP,
+                                          labels=["resource"])
+            for resource, count in sorted(self.cache_queries.items()):
+                queries.add_metric([resource], count)
+            yield queries
         if self.refresh_interval is not None:
             interval = GaugeMetricFamily(
                 "slurmtower_refresh_interval_seconds",
@@ -172,10 +204,62 @@ def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
     yield by_job
 
 
-class AppMetrics:
-    """The metrics of one application: its registry, request and Slurm-call instruments."""
+class _ProcessCollector:
+    """Which process answered the scrape, how many workers live, and the leader's view."""
 
-    def __init__(self) -> None:
+    def __init__(self, services: Services, *, multiprocess: bool) -> None:
+        self.services = services
+        self.multiprocess = multiprocess
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("slurmtower_process_info",
+                                 "The slurmtower process that answered this scrape (host:pid), always 1",
+                                 labels=["process", "version"])
+        info.add_metric([self.process, __version__], 1)
+        yield info
+        if not self.multiprocess:
+            workers = GaugeMetricFamily("slurmtower_worker_processes", _WORKERS_HELP)
+            workers.add_metric([], 1)
+            yield workers
+        # The leader election (when this deployment runs one) as this process sees it.
+        elections = self.services.elections if self.services is not None else {}
+        if elections:
+            leading = GaugeMetricFamily("slurmtower_leader",
+                                        "1 when the answering process leads the role (sensor: the sensor, "
+                                        "rules and purge; archiver: the load archiver), else 0",
+                                        labels=["role", "identity"])
+            for role, leader in sorted(elections.items()):
+                leading.add_metric([role, str(leader.identity)], 1 if leader.is_leader else 0)
+            yield leading
+
+
+_WORKERS_HELP = "API worker processes alive (serve --workers)"
+
+
+class AppMetrics:
+    """The metrics of one application: its registry, request and Slurm-call instruments.
+
+    Args:
+        services: what the process runs on (for the leader gauge).
+        multiprocess_dir: prometheus_client's multiprocess directory, when the process is one
+            of several workers (``$PROMETHEUS_MULTIPROC_DIR``, which must have been set before
+            prometheus_client was imported). None: a single process.
+
+    Raises :class:`ConfigError` when ``multiprocess_dir`` is given but prometheus_client was
+    imported without it (its counters would stay in this process's memory).
+    """
+
+    def __init__(self, services: Services, *, multiprocess_dir: Path | None = None) -> None:
+        multiprocess = multiprocess_dir is not None
+        if multiprocess and not getattr(values.ValueClass, "_multiprocess", False):
+            raise ConfigError(f"{MULTIPROCESS_VARIABLE} must be set before prometheus_client is imported",
+                              key=MULTIPROCESS_VARIABLE)
+        self.multiprocess_dir = multiprocess_dir
+        #: Holds the instruments; a scrape reads :attr:`scrape_registry`.
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = PromCounter("slurmtower_http_requests", "HTTP requests answered, by route",
                                     ["method", "route", "status"], registry=self.registry)
@@ -188,9 +272,49 @@ class AppMetrics:
         self.slurm_latency = Histogram("slurmtower_slurm_call_duration_seconds",
                                        "Duration of slurmtower's own calls to Slurm, by kind", ["kind"],
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.cluster = _ClusterCollector()
-        self.registry.register(self.cluster)
+        self.cluster = _ClusterCollector(multiprocess=multiprocess)
+        self.processes = _ProcessCollector(services, multiprocess=multiprocess)
+        self.snapshot_queries: PromCounter | None = None
+        self.workers: Gauge | None = None
+        self._observed_cache: SnapshotCache | None = None
+        #: What a scrape reads: the instruments and the collectors computed at scrape.
+        self.scrape_registry = self.registry
+        if multiprocess_dir is not None:
+            self.snapshot_queries = PromCounter("slurmtower_snapshot_queries", _SNAPSHOT_QUERIES_HELP,
+                                                ["resource"], registry=self.registry)
+            # Every live worker sets 1 in its own file; "livesum" adds those of the live ones.
+            self.workers = Gauge("slurmtower_worker_processes", _WORKERS_HELP, multiprocess_mode="livesum",
+                                 registry=self.registry)
+            self.workers.set(1)
+            # The instruments' values come from every worker's files, never from this memory.
+            self.scrape_registry = CollectorRegistry(auto_describe=False)
+            MultiProcessCollector(self.scrape_registry, path=str(multiprocess_dir))  # type: ignore[no-untyped-call]
+        self.scrape_registry.register(self.cluster)
+        self.scrape_registry.register(self.processes)
         self._store_lock = asyncio.Lock()
+
+    def observe_cache(self, cache: SnapshotCache | None) -> None:
+        """Count ``cache``'s Slurm queries in the multiprocess counter (once per cache)."""
+        counter = self.snapshot_queries
+        if counter is None or cache is None or cache is self._observed_cache:
+            return
+        self._observed_cache = cache
+        for resource in cache.resources:
+            counter.labels(resource)  # every resource exported from the start, 0 until queried
+        for resource, count in cache.queries.items():
+            counter.labels(resource).inc(count)
+        cache.query_observers.append(lambda resource: counter.labels(resource).inc())
+
+    def collect_text(self) -> bytes:
+        """The scrape (blocking: in multiprocess mode it reads every worker's files)."""
+        if self.multiprocess_dir is not None:
+            _mark_dead_workers(self.multiprocess_dir)
+        return generate_latest(self.scrape_registry)
+
+    def close(self) -> None:
+        """This worker stops: its live gauges leave the sum (its counters stay in the totals)."""
+        if self.multiprocess_dir is not None:
+            mark_process_dead(os.getpid(), str(self.multiprocess_dir))  # type: ignore[no-untyped-call]
 
     def slurm_call(self, kind: str, seconds: float, ok: bool) -> None:
         """Sink for :func:`slurmtower.api.metrics_hook.slurm_call_observer`."""
@@ -208,6 +332,7 @@ class AppMetrics:
                 self.cluster.view = ClusterView(self.cluster.view.nodes, self.cluster.view.jobs,
                                                 self.cluster.view.fetched_at, stale=True)
         cache = services.snapshots
+        self.observe_cache(cache)
         if cache is not None:
             self.cluster.cache_queries = Counter(cache.queries)
             self.cluster.refresh_interval = cache.interval
@@ -275,19 +400,69 @@ class _RequestMetrics:
             observe()
 
 
+def _mark_dead_workers(directory: Path) -> None:
+    """Mark dead the workers whose live-gauge files remain but whose process is gone."""
+    for path in directory.glob("gauge_live*_*.db"):
+        pid = path.stem.rpartition("_")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            mark_process_dead(int(pid), str(directory))  # type: ignore[no-untyped-call]
+        except PermissionError:
+            pass  # alive, another user's
+
+
+@contextlib.contextmanager
+def multiprocess_dir(state_dir: Path, port: int) -> Iterator[Path]:
+    """A fresh, empty, private (0700) directory for the metric files of ``serve``'s workers
+    on ``port``, under ``state_dir``; removed when the context exits.
+
+    Raises :class:`ConfigError` when another ``serve`` on the same port and state directory
+    holds it (emptying it would reset that one's counters).
+    """
+    directory = state_dir / f"metrics-{port}"
+    lock_path = state_dir / f"metrics-{port}.lock"
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another slurmtower serve on port {port} uses {directory}",
+                              key="api.port") from None
+        # A crashed serve's files would add its old counts to this one's.
+        if directory.is_symlink():
+            directory.unlink()
+        elif directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(mode=0o700)
+        directory.chmod(0o700)  # whatever the umask
+        try:
+            yield directory
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def setup(services: Services, app: FastAPI) -> None:
-    metrics = AppMetrics()
+    found = os.environ.get(MULTIPROCESS_VARIABLE)
+    metrics = AppMetrics(services, multiprocess_dir=Path(found) if found else None)
     services.metrics = metrics
+    metrics.observe_cache(services.snapshots)
     register_slurm_call_sink(metrics.slurm_call)
     app.add_middleware(_RequestMetrics, metrics=metrics)
 
 
+async def shutdown(services: Services) -> None:
+    if services.metrics is not None:
+        services.metrics.close()
+
+
 @router.get("/metrics", dependencies=[require(Perm.READ)], response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **problems(*READ_PROBLEMS)})
 async def metrics(request: Request, services: ServicesDep) -> Response:
     """Prometheus metrics: cluster gauges, event and rule-run counts, API and Slurm call latency."""
     app_metrics = services.metrics
     assert app_metrics is not None  # set by setup()
     await app_metrics.refresh(services)
-    body = await asyncio.to_thread(generate_latest, app_metrics.registry)
+    body = await asyncio.to_thread(app_metrics.collect_text)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,213 @@
+"""Alerts in: ``POST /hooks/alertmanager`` (Alertmanager's webhook) and ``POST /hooks/generic``
+(an HMAC-signed webhook), each alert recorded as an event rules match
+(:mod:`slurmtower.events.alerts`).
+
+``/hooks/alertmanager`` takes a bearer token of role ``alerter`` (a token that may post
+alerts and do nothing else: give it to Alertmanager's ``http_config.authorization``), or of
+an operator or admin. ``/hooks/generic`` authenticates the request itself with
+``hooks.generic_secret`` and so declares no role. Bodies are read up to
+``hooks.max_body_bytes`` (413 beyond, before the rest is read); a body that is not JSON, or
+not of the expected shape, is a 400 problem naming the bad part (``body``, ``version``,
+``alerts.0.status`` ...). Nothing is recorded for a refused request.
+
+The events are appended to the store by the process that takes the request; the sensor's
+leader runs the rules on them within a poll interval (``events.poll_interval``), wherever
+it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+
+from slurmtower.api.params import problems
+from slurmtower.api.security import ANONYMOUS, Perm, Principal, authenticate, require
+from slurmtower.api.services import Services, get_services
+from slurmtower.errors import AuthenticationError, InvalidInput, NotFound, PayloadTooLarge, PermissionDenied
+from slurmtower.events.alerts import (
+    ParsedAlert,
+    parse_alertmanager,
+    parse_generic,
+    parse_json_body,
+    record_alerts,
+    recorded_summary,
+    verify_signed_webhook,
+)
+from slurmtower.events.store import EventStore
+
+__all__ = ["ALERTER_ROLE", "router", "setup"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["hooks"])
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+#: The token role that may post alerts and nothing else.
+ALERTER_ROLE = "alerter"
+
+_ALERT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["status", "labels"],
+    "properties": {
+        "status": {"enum": ["firing", "resolved"]},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "startsAt": {"type": "string", "format": "date-time"},
+        "endsAt": {"type": "string", "format": "date-time"},
+        "generatorURL": {"type": "string"},
+        "fingerprint": {"type": "string"},
+    },
+}
+_ALERTMANAGER_BODY: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object",
+        "description": "Alertmanager's webhook_config body (version 4).",
+        "required": ["version", "status", "alerts"],
+        "properties": {
+            "version": {"type": "string", "enum": ["4", "1"]},
+            "groupKey": {"type": "string"},
+            "truncatedAlerts": {"type": "integer"},
+            "status": {"enum": ["firing", "resolved"]},
+            "receiver": {"type": "string"},
+            "groupLabels": {"type": "object"},
+            "commonLabels": {"type": "object"},
+            "commonAnnotations": {"type": "object"},
+            "externalURL": {"type": "string"},
+            "alerts": {"type": "array", "items": _ALERT_SCHEMA},
+        },
+    }}}},
+}
+_GENERIC_BODY: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "description": "One alert, or {\"alerts\": [...]} (Alertmanager's alert objects), signed: "
+                       "X-Slurmtower-Timestamp and X-Slurmtower-Signature: sha256=<hex HMAC-SHA256(secret, "
+                       "\"<timestamp>.\" + body)>.",
+        "oneOf": [_ALERT_SCHEMA, {"type": "object", "required": ["alerts"],
+                                  "properties": {"alerts": {"type": "array", "items": _ALERT_SCHEMA}}}],
+    }}}},
+}
+
+
+def _may_post_alerts():  # type: ignore[no-untyped-def]
+    """A dependency letting through ``alerter`` tokens and operators (or admins).
+
+    It declares :attr:`Perm.OPERATE` for the route classification: an alert can drain nodes
+    through a rule. The ``alerter`` role has no permission of its own (every other route
+    refuses it), so Alertmanager's token cannot read the cluster or act on it directly.
+    """
+
+    async def dependency(request: Request) -> Principal:
+        principal = await authenticate(request)
+        if principal is ANONYMOUS:
+            raise AuthenticationError("authentication required")
+        if principal.role != ALERTER_ROLE and principal.perm < Perm.OPERATE:
+            raise PermissionDenied(f"{principal.name} ({principal.role}) may not post alerts: needs an "
+                                   f"{ALERTER_ROLE} token, or operate")
+        return principal
+
+    dependency.__slurmtower_perm__ = Perm.OPERATE  # type: ignore[attr-defined]
+    return Depends(dependency)
+
+
+def setup(services: Services, _app: FastAPI | None = None) -> None:
+    """Open the event store when no other module has (the hooks record into it)."""
+    if services.event_store is None:
+        services.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        services.event_store = EventStore(services.settings.effective_store_url())
+
+
+def _store(services: Services) -> EventStore:
+    if not services.settings.hooks.enabled:
+        raise NotFound("alert hooks are off (hooks.enabled = false)")
+    store = services.event_store
+    assert store is not None  # set by setup()
+    return store
+
+
+async def _capped_body(request: Request, limit: int) -> bytes:
+    """The body, read up to ``limit`` bytes: a bigger one is refused (413) as soon as its
+    Content-Length says so, or as soon as that many bytes came, never read in full."""
+    declared = request.headers.get("content-length")
+    too_large = PayloadTooLarge(f"body: over hooks.max_body_bytes ({limit} bytes)", param="body")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _record(services: Services, store: EventStore, alerts: list[ParsedAlert], *, via: str,
+                  who: str) -> dict[str, Any]:
+    stored, duplicates = await asyncio.to_thread(record_alerts, store, alerts,
+                                                 dedupe_window=services.settings.hooks.dedupe_window)
+    if stored:
+        log.info("%d alert(s) from %s via %s recorded as events %d-%d (%d already recorded)", len(stored), who,
+                 via, stored[0].id, stored[-1].id, duplicates)
+    return recorded_summary(len(alerts), stored, duplicates)
+
+
+@router.post("/hooks/alertmanager", openapi_extra=_ALERTMANAGER_BODY,
+             responses=problems(400, 401, 403, 404, 413, 429))
+async def alertmanager_hook(request: Request, services: ServicesDep,
+                            principal: Annotated[Principal, _may_post_alerts()]) -> dict[str, Any]:
+    """Alertmanager's webhook (``webhook_config``): one event per alert (``alert.firing`` /
+    ``alert.resolved``, the node from its labels), for rules to match. An ``alerter``,
+    operator or admin token."""
+    store = _store(services)
+    hooks = services.settings.hooks
+    body = await _capped_body(request, hooks.max_body_bytes)
+    data = parse_json_body(body)
+    alerts = parse_alertmanager(data, hooks=hooks)
+    answer = await _record(services, store, alerts, via="alertmanager", who=principal.name)
+    truncated = int(data.get("truncatedAlerts") or 0)
+    if truncated:
+        log.warning("Alertmanager (%s) left %d alert(s) of group %s out of its notification (max_alerts)",
+                    principal.name, truncated, str(data.get("groupKey"))[:200])
+    return {**answer, "truncated_alerts": truncated}
+
+
+#: Refusals of the generic webhook are logged once per client address and minute.
+_refusals_logged: dict[str, float] = {}
+
+
+def _log_refusal(client: str, exc: Exception) -> None:
+    now = time.monotonic()
+    if now - _refusals_logged.get(client, float("-inf")) < 60:
+        return
+    if len(_refusals_logged) > 10_000:
+        _refusals_logged.clear()
+    _refusals_logged[client] = now
+    log.warning("refused generic webhook from %s: %s (more from this address in the next minute are not "
+                "logged)", client, exc)
+
+
+@router.post("/hooks/generic", dependencies=[require(Perm.PUBLIC)], openapi_extra=_GENERIC_BODY,
+             responses=problems(400, 401, 404, 413))
+async def generic_hook(request: Request, services: ServicesDep) -> dict[str, Any]:
+    """A signed webhook of alerts (``hooks.generic_secret``): one event per alert, source
+    ``webhook``. Unsigned, stale, badly signed or replayed requests: 401."""
+    client = request.client.host if request.client else "unknown"
+    hooks = services.settings.hooks
+    secret = hooks.generic_secret.get_secret_value().encode() if hooks.generic_secret is not None else None
+    try:
+        if not {"x-slurmtower-signature", "x-slurmtower-timestamp"} & set(request.headers.keys()):
+            raise AuthenticationError("the request is not signed (X-Slurmtower-Timestamp, "
+                                      "X-Slurmtower-Signature)", reason="unsigned")
+        store = _store(services)
+        body = await _capped_body(request, hooks.max_body_bytes)
+        await asyncio.to_thread(verify_signed_webhook, secret, dict(request.headers), body, store,
+                                max_clock_skew=services.settings.events.max_clock_skew)
+    except (AuthenticationError, InvalidInput) as exc:
+        _log_refusal(client, exc)
+        raise
+    alerts = parse_generic(parse_json_body(body), hooks=hooks)
+    return await _record(services, store, alerts, via="webhook", who=client)
