@@ -31,8 +31,7 @@ class ClusterView:
 async def cluster_view(services: Services) -> ClusterView:
     """Nodes and jobs, at most ``api.refresh_interval`` old (one shared Slurm query each)."""
     cache = shared_cache(services)
-    nodes = await cache.get("nodes")
-    jobs = await cache.get("jobs")
+    nodes, jobs = await cache.get_all("nodes", "jobs")
     # The node models are built from the table's JSON once per snapshot: off the event loop.
     return ClusterView(nodes=list(await asyncio.to_thread(nodes.value.nodes)), jobs=jobs.value,
                        fetched_at=min(nodes.fetched_at, jobs.fetched_at), stale=nodes.stale or jobs.stale)
@@ -48,18 +47,23 @@ class NodeView:
     """One of idle, mixed, allocated, draining, drained, down, unknown."""
     reason: str | None
     owner: str | None
+    """The newest holder (``slurmtower:otto@api``)."""
+    holders: tuple[str, ...]
+    """Every holder, oldest first: the node resumes once each has let go (drain holds)."""
     cpus: str
     partitions: str
     drainable: bool
     resumable: bool
 
 
-def _reason_and_owner(node: Node) -> tuple[str | None, str | None]:
-    """The reason without slurmtower's owner tag, and who holds it (``slurmtower:otto@api``)."""
-    from slurmtower.actions.ownership import parse_reason, reason_owner
+def _reason_and_owner(node: Node) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """The reason without slurmtower's owner tags, who holds it last (``slurmtower:otto@api``)
+    and every holder the reason names (one per drain hold, oldest first)."""
+    from slurmtower.actions.ownership import holds_node, parse_reason, reason_holders, reason_owner
 
     text, _tag = parse_reason(node.reason)
-    return text, reason_owner(node)
+    holders = tuple(p.holder for p in reason_holders(node.reason, node.reason_set_by_user)) if holds_node(node) else ()
+    return text, reason_owner(node), holders
 
 
 def node_view(node: Node) -> NodeView:
@@ -74,13 +78,14 @@ def node_view(node: Node) -> NodeView:
     else:
         css = "unknown"
     alloc = node.alloc_cpus if node.alloc_cpus is not None else 0
-    reason, owner = _reason_and_owner(node)
+    reason, owner, holders = _reason_and_owner(node)
     return NodeView(
         name=node.name,
         state_text=node.state_text,
         css=css,
         reason=reason,
         owner=owner,
+        holders=holders,
         cpus=f"{alloc}/{node.cpus}" if node.cpus is not None else "?",
         partitions=",".join(node.partitions),
         drainable=not held and node.state is not NodeState.DOWN,

@@ -1,10 +1,8 @@
-/* slurmtower dashboard: refreshes the server-rendered fragments, follows the event stream,
-   draws the load chart with uPlot and posts drain/resume actions. No framework, no build. */
+/* slurmtower overview (/ui): refreshes the server-rendered fragments, follows the event stream
+   and draws the load chart with uPlot. Drain/resume and log out: common.js. No build. */
 (function () {
   "use strict";
   const main = document.querySelector("main");
-  const CSRF = main.dataset.csrfHeader;
-  const COOKIE = main.dataset.tokenCookie;
   const REFRESH_MS = 3000;
   const FEED_MAX = 100;
 
@@ -18,10 +16,12 @@
     if (refreshing) { return; }
     refreshing = true;
     try {
-      await Promise.all([swap("nodes", "/ui/fragments/nodes"), swap("queue", "/ui/fragments/queue")]);
+      await Promise.all([swap("summary", "/ui/fragments/summary"), swap("nodes", "/ui/fragments/nodes"),
+                         swap("queue", "/ui/fragments/queue")]);
     } catch (e) { /* network hiccup: next round */ } finally { refreshing = false; }
   }
   setInterval(refresh, REFRESH_MS);
+  document.addEventListener("slurmtower:acted", refresh);
 
   /* --- live event feed (Server-Sent Events) --- */
   const feed = document.getElementById("feed");
@@ -46,7 +46,8 @@
     li.dataset.node = ev.node || "";
     li.dataset.type = ev.type;
     const time = document.createElement("time");
-    time.textContent = new Date(ev.time).toLocaleTimeString();
+    time.dateTime = ev.time;
+    time.textContent = new Date(ev.time).toISOString().substring(11, 19);
     const type = document.createElement("span");
     type.className = "type";
     type.textContent = ev.type;
@@ -56,6 +57,10 @@
     text.className = "detail";
     text.textContent = describe(ev);
     li.append(time, " ", type, " ", node, " ", text);
+    const empty = feed.querySelector("li.empty");
+    if (empty) { empty.remove(); }
+    if (ev.id !== undefined && feed.querySelector('li[data-id="' + ev.id + '"]')) { return; }
+    li.dataset.id = ev.id === undefined ? "" : ev.id;
     feed.prepend(li);
     while (feed.children.length > FEED_MAX) { feed.lastElementChild.remove(); }
     if (ev.type === "slurm.node.state") { refresh(); }
@@ -84,10 +89,16 @@
     for (const v of Object.values(body || {})) { if (Array.isArray(v) && v.length && typeof v[0] === "object") { return v; } }
     return [];
   }
+  let loadSeconds = 3600;
+  document.querySelectorAll("button.range").forEach((btn) => btn.addEventListener("click", () => {
+    loadSeconds = Number(btn.dataset.seconds);
+    document.querySelectorAll("button.range").forEach((b) => b.setAttribute("aria-pressed", String(b === btn)));
+    drawLoad();
+  }));
   async function drawLoad() {
     const note = document.getElementById("load-note");
     let resp;
-    try { resp = await fetch("/load", {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
+    try { resp = await fetch("/load?time=" + loadSeconds, {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
     if (!resp.ok) { note.textContent = "no load archive (" + resp.status + ")"; return; }
     const rows = firstRows(await resp.json()).filter((r) => !isNaN(timeOf(r)));
     if (rows.length < 2) {
@@ -109,55 +120,4 @@
   drawLoad();
   setInterval(drawLoad, 60000);
 
-  /* --- drain / resume (rendered for operators only; the API checks again) --- */
-  const dialog = document.getElementById("confirm");
-  const result = document.getElementById("action-result");
-  let pending = null;
-  document.addEventListener("click", (ev) => {
-    const btn = ev.target.closest("button.act");
-    if (!btn || !dialog) { return; }
-    pending = {action: btn.dataset.action, node: btn.dataset.node};
-    const drain = pending.action === "slurm.node.drain";
-    document.getElementById("confirm-title").textContent = (drain ? "Drain " : "Resume ") + pending.node + "?";
-    const reason = document.getElementById("confirm-reason");
-    reason.value = "";
-    reason.required = drain;
-    reason.parentElement.querySelector("label").hidden = !drain;
-    reason.hidden = !drain;
-    document.getElementById("confirm-note").textContent = drain
-      ? "Running jobs finish; no new job starts on the node." : "The node takes jobs again.";
-    dialog.showModal();
-  });
-  if (dialog) {
-    document.getElementById("confirm-cancel").addEventListener("click", () => { pending = null; dialog.close(); });
-    document.getElementById("confirm-form").addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      if (!pending) { return; }
-      const params = {nodes: pending.node};
-      if (pending.action === "slurm.node.drain") { params.reason = document.getElementById("confirm-reason").value.trim(); }
-      const todo = pending;
-      pending = null;
-      dialog.close();
-      result.textContent = todo.action + " " + todo.node + "\u2026";
-      const resp = await fetch("/actions/" + todo.action, {
-        method: "POST", credentials: "same-origin",
-        headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
-      let body = {};
-      try { body = await resp.json(); } catch (e) { /* not JSON */ }
-      if (resp.ok && body.status !== "failed") {
-        result.className = "ok";
-        result.textContent = todo.action + " " + todo.node + ": done (execution " + (body.execution_id || "?") + ")";
-      } else {
-        result.className = "error";
-        result.textContent = todo.action + " " + todo.node + " failed: " +
-          ((body.error && body.error.detail) || body.detail || resp.statusText);
-      }
-      refresh();
-    });
-  }
-
-  document.getElementById("logout").addEventListener("click", () => {
-    document.cookie = COOKIE + "=; path=/; max-age=0; SameSite=Strict";
-    window.location.assign("/ui/login");
-  });
 }());

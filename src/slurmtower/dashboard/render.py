@@ -1,0 +1,41 @@
+"""The dashboard's page rendering, shared by every ``/ui`` route module: the Jinja2
+environment (autoescaping on), the pages of the navigation bar, and a natural sort key."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from slurmtower import __version__
+from slurmtower.api.security import CSRF_HEADER, TOKEN_COOKIE
+
+__all__ = ["NAV", "env", "natural_key", "render"]
+
+#: The navigation bar: (path, label), in order.
+NAV: tuple[tuple[str, str], ...] = (
+    ("/ui", "Overview"),
+    ("/ui/jobs", "Jobs"),
+    ("/ui/nodes", "Nodes"),
+    ("/ui/history", "History"),
+    ("/ui/partitions", "Partitions"),
+    ("/ui/reservations", "Reservations"),
+)
+
+env = Environment(loader=PackageLoader("slurmtower.dashboard", "templates"),
+                  autoescape=select_autoescape(("html",), default=True), trim_blocks=True, lstrip_blocks=True)
+
+
+def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Template ``name`` as a no-store HTML response; every page gets the version, the CSRF
+    header and cookie names, and the navigation (``active``: the current page's path)."""
+    html = env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER, token_cookie=TOKEN_COOKIE,
+                                         nav=NAV, **context)
+    return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """``n2`` before ``n10``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

@@ -1,0 +1,106 @@
+/* slurmtower pages: log out, the drain / resume buttons (rendered for operators only; the API
+   checks again) with their confirmation dialog, and parts of a page that keep themselves
+   current: an element with an id and data-live="<seconds>" is fetched again from the page's own
+   URL that often while the tab is visible (and right after a drain or resume) and swapped in,
+   the keyboard focus kept. A page that shows node states may also listen for the
+   "slurmtower:acted" event. No framework, no build. */
+(function () {
+  "use strict";
+  const main = document.querySelector("main");
+  const CSRF = main.dataset.csrfHeader;
+  const COOKIE = main.dataset.tokenCookie;
+  function refresh() { document.dispatchEvent(new CustomEvent("slurmtower:acted")); }
+
+  /* --- drain / resume (rendered for operators only; the API checks again) --- */
+  const dialog = document.getElementById("confirm");
+  const result = document.getElementById("action-result");
+  let pending = null;
+  document.addEventListener("click", (ev) => {
+    const btn = ev.target.closest("button.act");
+    if (!btn || !dialog) { return; }
+    pending = {action: btn.dataset.action, node: btn.dataset.node};
+    const drain = pending.action === "slurm.node.drain";
+    document.getElementById("confirm-title").textContent = (drain ? "Drain " : "Resume ") + pending.node + "?";
+    const reason = document.getElementById("confirm-reason");
+    reason.value = "";
+    reason.required = drain;
+    reason.parentElement.querySelector("label").hidden = !drain;
+    reason.hidden = !drain;
+    document.getElementById("confirm-note").textContent = drain
+      ? "Running jobs finish; no new job starts on the node." : "The node takes jobs again.";
+    dialog.showModal();
+  });
+  if (dialog) {
+    document.getElementById("confirm-cancel").addEventListener("click", () => { pending = null; dialog.close(); });
+    document.getElementById("confirm-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      if (!pending) { return; }
+      const params = {nodes: pending.node};
+      if (pending.action === "slurm.node.drain") { params.reason = document.getElementById("confirm-reason").value.trim(); }
+      const todo = pending;
+      pending = null;
+      dialog.close();
+      result.textContent = todo.action + " " + todo.node + "\u2026";
+      const resp = await fetch("/actions/" + todo.action, {
+        method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
+      let body = {};
+      try { body = await resp.json(); } catch (e) { /* not JSON */ }
+      if (resp.ok && body.status !== "failed") {
+        result.className = "ok";
+        result.textContent = todo.action + " " + todo.node + ": done (execution " + (body.execution_id || "?") + ")";
+      } else {
+        result.className = "error";
+        result.textContent = todo.action + " " + todo.node + " failed: " +
+          ((body.error && body.error.detail) || body.detail || resp.statusText);
+      }
+      refresh();
+    });
+  }
+
+  /* --- parts that keep themselves current (data-live) --- */
+  /* Swap ``fresh`` in for ``here``, the keyboard focus kept: on the element of the same id or
+     link, else on the action button that replaced the one used. */
+  function swapIn(here, fresh) {
+    const active = document.activeElement;
+    const inside = active && here.contains(active) && active !== here;
+    const same = !inside ? null : active.id ? "#" + CSS.escape(active.id)
+      : active.getAttribute("href") ? "[href=\"" + CSS.escape(active.getAttribute("href")) + "\"]" : null;
+    here.replaceWith(fresh);
+    if (inside) {
+      const again = (same && fresh.querySelector(same)) || fresh.querySelector("button.act");
+      if (again) { again.focus(); }
+    }
+  }
+  /* Fetch the page again and swap in each live part that changed. Single-flight: callers at
+     the same time (the timer, a page's own polling) share one fetch. */
+  let inflight = null;
+  function renew() {
+    if (inflight) { return inflight; }
+    inflight = (async () => {
+      const resp = await fetch(window.location.href, {credentials: "same-origin", cache: "no-store"});
+      if (resp.status === 401) { window.location.assign("/ui/login"); return; }
+      if (!resp.ok) { return; }
+      const page = new DOMParser().parseFromString(await resp.text(), "text/html");
+      for (const here of document.querySelectorAll("[data-live][id]")) {
+        const fresh = page.getElementById(here.id);
+        if (fresh && fresh.innerHTML !== here.innerHTML) { swapIn(here, fresh); }
+      }
+    })().catch(() => { /* a network hiccup: the next round tries again */ })
+      .finally(() => { inflight = null; });
+    return inflight;
+  }
+  window.slurmtowerRenew = renew;
+  const live = Array.from(document.querySelectorAll("[data-live][id]"));
+  if (live.length) {
+    const every = Math.min(...live.map((el) => Math.max(2, Number(el.dataset.live) || 30)));
+    setInterval(() => { if (!document.hidden) { renew(); } }, every * 1000);
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) { renew(); } });
+    document.addEventListener("slurmtower:acted", () => { setTimeout(renew, 800); });
+  }
+
+  document.getElementById("logout").addEventListener("click", () => {
+    document.cookie = COOKIE + "=; path=/; max-age=0; SameSite=Strict";
+    window.location.assign("/ui/login");
+  });
+}());
