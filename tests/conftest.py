@@ -13,33 +13,70 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
-from slurmtower.devcluster import DevCluster
+from slurmtower.devcluster import DevCluster, find_slurm_installs, release_cluster_layout
 from slurmtower.nodeset import NodeSet
 from slurmtower.settings import Settings, load_settings
 from slurmtower.slurm import CliSlurmClient, CommandRunner
 
 ALL_NODES = NodeSet("n[1-4]")
+#: The environment variable (and value) that turns the circuit breaker off.
+BREAKER_OFF = ("SLURMTOWER_ACTIONS__BREAKER_ENABLED", "false")
 
 
 def _can_run_cluster() -> bool:
     return os.geteuid() == 0 and shutil.which("apt-get") is not None
 
 
+#: A run of the release suites (``-m release``) on the Slurm installed under this prefix, set by
+#: scripts/test.sh for each install ``slurmtower devcluster installs`` lists; unset: Debian's 22.05.
+RELEASE_PREFIX = os.environ.get("SLURMTOWER_TEST_SLURM_PREFIX") or None
+
+
+def release_devcluster(prefix: str | Path) -> DevCluster:
+    """The devcluster of the Slurm installed under ``prefix``: its own dir, name and ports."""
+    installs = {i.prefix: i for i in find_slurm_installs({"SLURMTOWER_TEST_SLURM_PREFIXES": str(prefix)})}
+    install = installs.get(Path(prefix).resolve())
+    if install is None:
+        raise AssertionError(f"{prefix} holds no Slurm install (sbin/slurmctld -V, bin/sinfo)")
+    root, name, port_base = release_cluster_layout(install)
+    return DevCluster(root=root, cluster_name=name, port_base=port_base, slurm_prefix=install.prefix,
+                      log=lambda _m: None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On another release's cluster only the ``release`` suites run (the others are 22.05's)."""
+    if not RELEASE_PREFIX:
+        return
+    other = [item for item in items if item.get_closest_marker("release") is None]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if item.get_closest_marker("release") is not None]
+
+
 @pytest.fixture(scope="session")
 def devcluster() -> Iterator[DevCluster]:
-    """The local real Slurm cluster, up."""
+    """The local real Slurm cluster, up: Debian's 22.05, or the install under
+    ``$SLURMTOWER_TEST_SLURM_PREFIX`` (its commands first on PATH for the whole session)."""
     if not _can_run_cluster():
         pytest.skip("the local Slurm cluster needs root on Debian")
-    cluster = DevCluster(log=lambda _m: None)
+    cluster = release_devcluster(RELEASE_PREFIX) if RELEASE_PREFIX else DevCluster(log=lambda _m: None)
     cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.slurm_conf)
-    os.environ["SLURMTOWER_CONFIG"] = str(cluster.tower_conf)
+    # SLURM_CONF, SLURMTOWER_CONFIG, SLURMTOWER_DEVCLUSTER_*, SLURMTOWER_URL/TOKEN (and PATH
+    # on a prefix install): what `eval "$(slurmtower devcluster env)"` exports for it.
+    os.environ.update(cluster.command_env())
+    # The circuit breaker (10 % of a partition per 10 minutes, at least one node) would refuse
+    # most drains of a 4-node cluster: off for every test but its own (tests/test_breaker.py),
+    # here for the CLI and servers the tests start, in the settings fixtures for the rest.
+    os.environ[BREAKER_OFF[0]] = BREAKER_OFF[1]
     _start_clean(cluster)
     yield cluster
 
@@ -59,15 +96,20 @@ def _start_clean(cluster: DevCluster) -> None:
 
 @pytest.fixture(scope="session")
 def cluster_settings(devcluster: DevCluster) -> Settings:
-    """slurmtower settings pointing at the devcluster (store in the cluster's state dir)."""
-    return load_settings(devcluster.tower_conf, environ={})
+    """slurmtower settings pointing at the devcluster (store in the cluster's state dir; the
+    circuit breaker off)."""
+    s = load_settings(devcluster.tower_conf, environ={})
+    s.actions.breaker_enabled = False
+    return s
 
 
 @pytest.fixture()
 def settings(devcluster: DevCluster, tmp_path: Path) -> Settings:
-    """Devcluster settings with a private, empty slurmtower store for this test."""
+    """Devcluster settings with a private, empty slurmtower store for this test (the circuit
+    breaker off: tests/test_breaker.py turns it on)."""
     s = load_settings(devcluster.tower_conf, environ={})
     s.state_dir = tmp_path
+    s.actions.breaker_enabled = False
     return s
 
 
@@ -97,6 +139,11 @@ def node_states() -> dict[str, str]:
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         states[fields["NodeName"]] = fields["State"]
     return states
+
+
+def reason_of(node: str) -> str:
+    """The reason Slurm shows for ``node`` (``sinfo -R``, unabridged; ``""``: none)."""
+    return sh("sinfo", "-h", "-R", "-n", node, "-o", "%400E").strip()
 
 
 def wait_for(check, timeout: float = 30, step: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
@@ -145,6 +192,37 @@ def sample_jobs(devcluster: DevCluster) -> Iterator[dict[str, int]]:
     jobs = devcluster.submit_sample_jobs().as_dict()
     yield jobs
     subprocess.run(["scancel", str(jobs["running"]), str(jobs["pending"])], capture_output=True, check=False)
+
+
+def sacct_runs(job_id: int) -> list[dict[str, str]]:
+    """sacct's record of each run of ``job_id`` (``-D``), oldest first, with its SLUID where this
+    release has one (26.05+; older sacct refuses the field: ``""`` then)."""
+    fields = ["JobIDRaw", "State", "Submit"]
+    has_sluid = subprocess.run(["sacct", "-n", "-X", "-o", "SLUID", "-j", str(job_id)], capture_output=True,
+                               text=True, check=False).returncode == 0
+    asked = [*fields, "SLUID"] if has_sluid else fields
+    out = sh("sacct", "-a", "-n", "-X", "-D", "-P", "-o", ",".join(asked), "-j", str(job_id))
+    rows = [dict(zip(asked, line.split("|"), strict=True)) for line in out.splitlines() if line]
+    return [{**r, "SLUID": r.get("SLUID", "")} for r in rows]
+
+
+@pytest.fixture(scope="session")
+def requeued_job(devcluster: DevCluster) -> int:
+    """A batch job that ran twice: requeued while running (slurmdbd keeps that run as
+    REQUEUED), made eligible at once (a requeue waits ~2 min otherwise), then COMPLETED."""
+    job = int(sh("sbatch", "--parsable", "-J", "st-requeued", "-o", "/dev/null", "-D", "/tmp", "-t", "2",
+                 "--wrap", "sleep 3").strip().split(";")[0])
+
+    def state() -> str:
+        return sh("squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip()
+
+    wait_for(lambda: state() == "RUNNING", 60, what=f"job {job} to run")
+    sh("scontrol", "requeue", str(job))
+    wait_for(lambda: state() == "PENDING", 30, what=f"job {job} to be requeued")
+    sh("scontrol", "update", f"jobid={job}", "StartTime=now")
+    wait_for(lambda: [r["State"] for r in sacct_runs(job)] == ["REQUEUED", "COMPLETED"], 120, 0.5,
+             what=f"both runs of job {job} in accounting")
+    return job
 
 
 SCALE_NODES = 1000
@@ -220,3 +298,25 @@ def scale_sh(cluster: DevCluster, *argv: str, check: bool = True, timeout: float
     if check and proc.returncode != 0:
         raise AssertionError(f"{argv} failed: {proc.stderr}")
     return proc.stdout
+
+
+PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1"
+
+
+@pytest.fixture()
+def pg_store() -> Iterator[str]:
+    """A fresh PostgreSQL database for one deployment's store, dropped afterwards."""
+    name = f"st_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:  # scripts/test.sh starts PostgreSQL: not having one is a failure
+        pytest.fail(f"no PostgreSQL at {PG_SERVER}: {exc.orig}")
+    try:
+        yield f"{PG_SERVER}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()

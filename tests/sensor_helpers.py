@@ -64,6 +64,8 @@ class SensorProcess:
             SLURMTOWER_STATE_DIR=str(self.state_dir),
             SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.port),
             SLURMTOWER_EVENTS__POLL_INTERVAL="0.5",
+            # the circuit breaker off, as in conftest (tests/test_breaker.py turns it on)
+            SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
         )
         env.update(self.extra_env)
         return env

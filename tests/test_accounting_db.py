@@ -737,3 +737,65 @@ def test_from_settings_takes_cluster_tables_and_hidden_partitions(ro_url: str) -
         AccountingDB.from_settings(Settings.model_validate({"cluster_name": CLUSTER}))
     with pytest.raises(ConfigError):
         AccountingDB(ro_url, cluster="bad name; DROP TABLE x")
+
+
+# -- a latin1 accounting database (sites whose MariaDB predates utf8mb4 defaults) -------------
+
+LATIN1_DB = "slurmtower_test_acct_latin1"
+
+
+@pytest.fixture(scope="module")
+def latin1_db(ro_url: str) -> Iterator[AccountingDB]:
+    """slurmdbd's tables in latin1, as an older MariaDB creates them, with a job named café."""
+    admin = _admin()
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{LATIN1_DB}`")
+        cur.execute(f"CREATE DATABASE `{LATIN1_DB}` CHARACTER SET latin1")
+        cur.execute(f"USE `{LATIN1_DB}`")
+        ddl = SCHEMA.read_text().replace("`tc_", f"`{CLUSTER}_")
+        ddl = ddl.replace("CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci", "CHARSET=latin1 COLLATE=latin1_swedish_ci")
+        for stmt in re.split(r";\s*\n", ddl):
+            if "CREATE TABLE" in stmt:
+                cur.execute(stmt)
+        cur.execute("SET NAMES utf8mb4")
+        _insert(cur, "user_table", [dict(creation_time=T, name=n, admin_level=lvl, deleted=d) for n, lvl, d in USERS])
+        _insert(cur, f"{CLUSTER}_assoc_table", [dict(creation_time=T, **a) for a in ASSOCS])
+        base = dict(id_resv=0, id_wckey=0, id_group=100, het_job_id=0, het_job_offset=4294967294,
+                    state_reason_prev=0, priority=1)
+        _insert(cur, f"{CLUSTER}_job_table", [{**base, **_job(1, 1, "café", 5, 3)}, {**base, **_job(2, 2, "x", 6, 3)}])
+        cur.execute(f"GRANT SELECT ON `{LATIN1_DB}`.* TO %s@'localhost'", (RO_USER,))
+    db = AccountingDB(make_url(ro_url).set(database=LATIN1_DB).render_as_string(hide_password=False),
+                      cluster=CLUSTER, connect_timeout=2, query_timeout=5)
+    yield db
+    db.close()
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{LATIN1_DB}`")
+    admin.close()
+
+
+@pytest.mark.parametrize("name", ["用户", "emoji-\U0001f600", "\u0100dam"], ids=["cjk", "emoji", "latin-ext"])
+def test_a_name_a_latin1_table_cannot_hold_matches_nothing(latin1_db: AccountingDB, name: str) -> None:
+    # MariaDB itself refuses these comparisons: "Illegal mix of collations (latin1_swedish_ci,
+    # IMPLICIT) and (utf8mb4_general_ci,COERCIBLE)".
+    for field in ("jobname", "account", "partition", "user"):
+        assert latin1_db.history(parse_history_query(f"{field}={name}")).jobs == []
+    assert latin1_db.users(name) == []
+    assert latin1_db.find_jobs({"name": name}) == []
+    assert latin1_db.find_jobs({"account": name, "user": name}) == []
+
+
+def test_a_latin1_table_still_finds_the_names_it_holds(latin1_db: AccountingDB) -> None:
+    assert [j.name for j in latin1_db.history(parse_history_query("jobname=café")).jobs] == ["café"]
+    assert latin1_db.find_jobs({"name": "café"}) == [1]
+
+
+def test_database_error_text_stays_in_the_server_log(ro_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    other = AccountingDB(ro_url, cluster="nosuchcluster", connect_timeout=1)
+    try:
+        with pytest.raises(AccountingUnavailable) as err:
+            other.history(parse_history_query(""))
+    finally:
+        other.close()
+    problem = str(err.value.to_problem())
+    assert "nosuchcluster_job_table" not in problem and "exist" not in problem
+    assert "nosuchcluster_job_table" in caplog.text

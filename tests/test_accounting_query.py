@@ -200,11 +200,13 @@ def test_any_query_string_parses_or_raises_invalid_input(raw: str) -> None:
         (256, (1, 0)),
         (15, (0, 15)),
         (9, (0, 9)),
+        (143 << 8, (15, 0)),
+        (255 << 8, (127, 0)),
         (-2, (None, None)),
         (4294967294, (None, None)),
         (None, (None, None)),
     ],
-    ids=["ok", "exit3", "exit1", "sigterm", "sigkill", "nodefail-step", "no-val", "null"],
+    ids=["ok", "exit3", "exit1", "sigterm", "sigkill", "exit143", "exit255", "nodefail-step", "no-val", "null"],
 )
 def test_wait_status_is_decoded_like_sacct(
     status: int | None, decoded: tuple[int | None, int | None]
@@ -222,3 +224,14 @@ def test_tres_strings_are_parsed_and_sentinels_dropped() -> None:
     assert parse_tres("") == {}
     assert parse_tres("1=4,1001=2,junk,=3", {1: "cpu", 1001: "gres/gpu"}) == {"cpu": 4, "gres/gpu": 2}
     assert parse_tres("77=1") == {"tres/77": 1}
+
+
+def test_a_cursor_holds_26_05_row_ids() -> None:
+    """From 26.05 on slurmdbd's job_db_inx is the run's sluid (a bigint unsigned above 2**63)."""
+    from slurmtower.accounting.query import Cursor
+    from slurmtower.errors import InvalidInput
+
+    inx = 15913056731698157568  # a real 26.05 row id
+    assert Cursor.decode(Cursor(order="submit", key=(inx,)).encode()).key == (inx,)
+    with pytest.raises(InvalidInput):
+        Cursor.decode(Cursor(order="submit", key=(2**64,)).encode())

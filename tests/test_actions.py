@@ -13,9 +13,9 @@ from slurmtower.errors import Conflict, InvalidInput, NodeSetError, NotFound, Pe
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 
-from .conftest import node_states, sh, wait_for
+from .conftest import node_states, reason_of, sacct_runs, sh, wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 RESV = "st_test_resv"
 
@@ -53,8 +53,12 @@ def test_config_get_one_item_snake_case(catalogue: Catalogue) -> None:
     assert env.status == "succeeded" and env.exit_code == 0
     assert env.result == {"min_job_age": "60 sec"}
     assert env.parameters == {"item": "min_job_age"}
-    assert run(catalogue, "slurm.config.get", {"item": "TopologyPlugin"}).result == {"topology_plugin":
-                                                                                      "topology/none"}
+    # Slurm's own name works too; the value is what scontrol prints (22.05: topology/none,
+    # 26.05: topology/flat)
+    shown = next(line.split("=", 1)[1].strip() for line in sh("scontrol", "show", "config").splitlines()
+                 if line.startswith("TopologyPlugin "))
+    assert run(catalogue, "slurm.config.get", {"item": "TopologyPlugin"}).result == {"topology_plugin": shown}
+    assert shown.startswith("topology/")
 
 
 def test_config_get_all_items(catalogue: Catalogue) -> None:
@@ -169,6 +173,19 @@ def test_job_get_from_accounting_after_min_job_age(catalogue: Catalogue, finishe
     assert run(catalogue, "slurm.job.find", {"criterias": {"job_id": finished_job}}).result == []
 
 
+@pytest.mark.slow
+def test_job_get_gives_each_run_of_a_requeued_job(catalogue: Catalogue, client: CliSlurmClient,
+                                                 requeued_job: int) -> None:
+    """From accounting (slurmctld forgot it after MinJobAge), one record per run, the runs
+    told apart by sluid on 26.05+ as sacct tells them."""
+    wait_for(lambda: requeued_job not in set(client.job_ids()), 150, step=2, what="the job to leave slurmctld")
+    records = run(catalogue, "slurm.job.get", {"jobids": [requeued_job]}).result[str(requeued_job)]
+    assert all(r["from_accounting"] is True and r["job_id"] == requeued_job for r in records)
+    assert [(r["state"], r["sluid"]) for r in records] == \
+        [(r["State"], r["SLUID"] or None) for r in reversed(sacct_runs(requeued_job))]
+    assert len({r["job_db_inx"] for r in records}) == 2
+
+
 # -- nodes ------------------------------------------------------------------------------------
 
 
@@ -189,8 +206,10 @@ def test_drain_then_resume_by_the_owner(catalogue: Catalogue, clean_nodes: Any) 
     env = run(catalogue, "slurm.node.resume", {"nodes": "n[1-2]"})
     assert env.status == "succeeded" and env.result["nodes"] == "n[1-2]"
     assert all("DRAIN" not in s for s in node_states().values())
-    records = catalogue.store.list_audit()
-    assert [r.action for r in records] == ["slurm.node.resume", "slurm.node.drain"]
+    every = catalogue.store.list_audit()
+    assert [(r.action, r.outcome) for r in every] == [("slurm.node.resume", "succeeded"), ("slurm.node.resume", "intent"),
+                                                      ("slurm.node.drain", "succeeded"), ("slurm.node.drain", "intent")]
+    records = [r for r in every if r.outcome != "intent"]
     drain = records[1]
     assert drain.who == "alice" and drain.via == "cli" and drain.outcome == "succeeded"
     assert drain.nodes == "n[1-2]" and drain.parameters["reason"] == "disk swap"
@@ -224,18 +243,25 @@ def test_resume_of_another_owners_drain_is_refused(catalogue: Catalogue, clean_n
     assert all("DRAIN" not in s for s in node_states().values())
 
 
-def test_drain_over_another_owners_drain_needs_force(catalogue: Catalogue, clean_nodes: Any) -> None:
+def test_drain_over_another_owners_drain_adds_a_hold_and_force_takes_over(catalogue: Catalogue,
+                                                                         clean_nodes: Any) -> None:
     run(catalogue, "slurm.node.drain", {"nodes": "n3", "reason": "psu"}, who="alice")
-    before = cluster_state()
-    for name in ("slurm.node.drain", "slurm.node.down"):
-        with pytest.raises(Conflict, match="n3 is held by slurmtower:alice@cli"):
-            run(catalogue, name, {"nodes": "n[3-4]", "reason": "mine now"}, who="bob")
-    assert cluster_state() == before
-    # the owner may re-drain with a new reason
+    # a second owner is no longer refused: bob's hold joins alice's, the reason names both
+    env = run(catalogue, "slurm.node.drain", {"nodes": "n[3-4]", "reason": "rack"}, who="bob")
+    assert env.status == "succeeded" and env.result["outcome"] == {"drained": "n[3-4]"}
+    assert env.result["held_with"] == {"n3": ["slurmtower:alice@cli"]} and env.result["taken_over"] == []
+    assert reason_of("n3") == "psu [slurmtower:alice@cli]; rack [slurmtower:bob@cli]"
+    assert reason_of("n4") == "rack [slurmtower:bob@cli]"
+    # the owner may re-drain with a new reason: her hold keeps its place
     run(catalogue, "slurm.node.drain", {"nodes": "n3", "reason": "psu, ordered"}, who="alice")
-    env = run(catalogue, "slurm.node.drain", {"nodes": "n[3-4]", "reason": "rack", "force": True}, who="bob")
+    assert reason_of("n3") == "psu, ordered [slurmtower:alice@cli]; rack [slurmtower:bob@cli]"
+    # force: a take-over, bob's hold is the only one left
+    env = run(catalogue, "slurm.node.drain", {"nodes": "n3", "reason": "mine now", "force": True}, who="bob")
     assert env.result["taken_over"] == ["n3"]
-    assert run(catalogue, "slurm.node.get", {"nodes": "n3"}).result["n3"]["reason_owner"] == "slurmtower:bob@cli"
+    got = run(catalogue, "slurm.node.get", {"nodes": "n3"}).result["n3"]
+    assert got["reason_owner"] == "slurmtower:bob@cli" and [h["holder"] for h in got["holds"]] == [
+        "slurmtower:bob@cli"]
+    assert reason_of("n3") == "mine now [slurmtower:bob@cli]"
 
 
 def test_dry_run_changes_nothing_and_is_audited(catalogue: Catalogue, clean_nodes: Any) -> None:
@@ -248,8 +274,8 @@ def test_dry_run_changes_nothing_and_is_audited(catalogue: Catalogue, clean_node
         env = run(catalogue, name, params, dry_run=True)
         assert env.status == "succeeded" and env.dry_run and "dry run: would" in env.stdout
     assert cluster_state() == before
-    assert {r.outcome for r in catalogue.store.list_audit()} == {"dry_run"}
-    assert len(catalogue.store.list_audit()) == 5
+    assert {r.outcome for r in catalogue.store.list_audit()} == {"dry_run", "intent"}
+    assert len(catalogue.store.list_audit()) == 10
 
 
 def test_bulk_drain_is_one_slurm_call(catalogue: Catalogue, clean_nodes: Any, runner: Any) -> None:
@@ -360,7 +386,7 @@ def test_reserve_creates_then_extends_and_unreserve_deletes_when_empty(
     env = run(catalogue, "slurm.node.unreserve", {"nodes": "n4", "reservation_name": RESV})
     assert env.result["deleted"] is True
     assert _resv_line().strip() == "" or "not found" in _resv_line().lower()
-    audit = catalogue.store.list_audit()
+    audit = [r for r in catalogue.store.list_audit() if r.outcome != "intent"]
     assert [r.action for r in audit] == ["slurm.node.unreserve"] * 2 + ["slurm.node.reserve"] * 2
     assert audit[-1].before["reservation"] is None and audit[-1].after["reservation"]["nodes"] == "n1"
 

@@ -43,7 +43,7 @@ class Http:
     def post(self, url: str, **kwargs: Any) -> httpx.Response:
         return self.request("POST", url, **kwargs)
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 TOKENS = {"reader": "r-token-123", "operator": "o-token-456", "admin": "a-token-789"}
 
@@ -66,7 +66,8 @@ def test_catalogue_lists_json_schemas(http: Http) -> None:
     resp = http.get("/actions", headers=auth("reader"))
     assert resp.status_code == 200
     actions = {a["name"]: a for a in resp.json()}
-    assert len(actions) == 13
+    # the pack's 13 and slurm.node.maintain
+    assert len(actions) == 14 and actions["slurm.node.maintain"]["permission"] == "operate"
     drain = actions["slurm.node.drain"]
     assert drain["permission"] == "operate" and drain["mutating"] is True
     assert drain["parameters"]["required"] == ["nodes"]
@@ -94,7 +95,7 @@ def test_roles_401_403_200_and_audit_names_the_token(http: Http, clean_nodes: An
     refused = http.post("/actions/slurm.node.resume", json={"nodes": "n[1-2]"}, headers=auth("admin"))
     assert refused.status_code == 409
     assert "slurmtower:operator-bot@api" in refused.json()["detail"]
-    assert refused.json()["holders"] == {"n1": "slurmtower:operator-bot@api", "n2": "slurmtower:operator-bot@api"}
+    assert refused.json()["holders"] == {"n1": ["slurmtower:operator-bot@api"], "n2": ["slurmtower:operator-bot@api"]}
     resumed = http.post("/actions/slurm.node.resume", json={"nodes": "n[1-2]"}, headers=auth("operator"))
     assert resumed.status_code == 200 and resumed.json()["status"] == "succeeded"
 
@@ -141,7 +142,7 @@ def test_unknown_execution_404(http: Http) -> None:
 def test_audit_keyset_pagination(http: Http) -> None:
     for _ in range(3):
         http.post("/actions/slurm.node.drain?dry_run=true", json={"nodes": "n1"}, headers=auth("operator"))
-    page = http.get("/audit?limit=2", headers=auth("reader")).json()
-    assert len(page["records"]) == 2 and page["next_before"] is not None
-    rest = http.get(f"/audit?limit=2&before={page['next_before']}", headers=auth("reader")).json()
-    assert len(rest["records"]) == 1 and rest["records"][0]["outcome"] == "dry_run"
+    page = http.get("/audit?limit=4", headers=auth("reader")).json()  # each: its intent, then its outcome
+    assert len(page["records"]) == 4 and page["next_before"] is not None
+    rest = http.get(f"/audit?limit=4&before={page['next_before']}", headers=auth("reader")).json()
+    assert [r["outcome"] for r in rest["records"]] == ["dry_run", "intent"]

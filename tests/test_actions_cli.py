@@ -44,7 +44,7 @@ def test_issue_example_drain_and_resume(cli: Any, clean_nodes: Any) -> None:
     assert json.loads(proc.stdout)["status"] == "succeeded"
     assert all("DRAIN" not in s for s in node_states().values())
     audit = cli("audit", "--output", "json")
-    records = json.loads(audit.stdout)
+    records = [r for r in json.loads(audit.stdout) if r["outcome"] != "intent"]
     assert [r["action"] for r in records[:2]] == ["slurm.node.resume", "slurm.node.drain"]
     assert records[1]["who"] == "root" and records[1]["via"] == "cli"
     text = cli("audit").stdout
@@ -137,7 +137,7 @@ def test_actions_list_and_show(cli: Any) -> None:
     names = [line.split()[0] for line in proc.stdout.splitlines()]
     assert names == sorted([
         "slurm.config.get", "slurm.job.find", "slurm.job.get", "slurm.job.step.get", "slurm.node.down",
-        "slurm.node.drain", "slurm.node.get", "slurm.node.reserve", "slurm.node.resume",
+        "slurm.node.drain", "slurm.node.get", "slurm.node.maintain", "slurm.node.reserve", "slurm.node.resume",
         "slurm.node.unreserve", "slurm.node.update", "slurm.trigger.set", "slurm.trigger.unset"])
     show = cli("actions", "show", "slurm.node.drain").stdout
     assert "nodes (string) (required)" in show

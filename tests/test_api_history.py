@@ -22,9 +22,9 @@ from slurmtower.devcluster.cluster import SampleJobs
 from slurmtower.settings import Settings
 
 from .api_server import api_for
-from .conftest import sh, wait_for
+from .conftest import sacct_runs, sh, wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 
 @pytest.fixture(scope="module")
@@ -348,3 +348,15 @@ def test_users_hide_associations_of_hidden_partitions(settings: Settings, devclu
         (alice,) = http.get("/users?name=alice").json()
     assert "short" not in {a["partition"] for a in alice["associations"]}
     assert {a["account"] for a in alice["associations"]} == {"physics"}
+
+
+def test_a_requeued_job_has_one_record_per_run(api: httpx.Client, requeued_job: int) -> None:
+    """Each run of a requeued job is its own record, newest first, identified on 26.05+ by the
+    run's sluid exactly as sacct prints it (None on releases without one)."""
+    runs = sacct_runs(requeued_job)
+    body = api.get(f"/history?jobid={requeued_job}").json()
+    got = [(j["state"], j["sluid"]) for j in body["jobs"]]
+    assert got == [(r["State"], r["SLUID"] or None) for r in reversed(runs)]
+    assert len({j["job_db_inx"] for j in body["jobs"]}) == 2
+    sluids = [j["sluid"] for j in body["jobs"]]
+    assert sluids == [None, None] or (len(set(sluids)) == 2 and all(str(s).startswith("s") for s in sluids))

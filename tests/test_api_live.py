@@ -27,7 +27,7 @@ from slurmtower.settings import Settings, TokenEntry
 from .api_server import api_for, running
 from .conftest import sh, wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 
 def sbatch(*args: str) -> int:
@@ -277,6 +277,7 @@ def test_slurmctld_stopped_gives_503_or_stale_within_the_bound(devcluster: DevCl
                                                                tmp_path: Path) -> None:
     settings.api.slurm_wait = 3
     settings.api.refresh_interval = 0.5
+    settings.api.serve_stale = False
     stale_settings = settings.model_copy(deep=True)
     stale_settings.api.serve_stale = True
     stale_settings.state_dir = tmp_path / "stale"
@@ -305,6 +306,56 @@ def test_slurmctld_stopped_gives_503_or_stale_within_the_bound(devcluster: DevCl
             devcluster.up()
         wait_for(lambda: strict.get("/nodes").status_code == 200, 30, 0.5, what="/nodes to recover")
         wait_for(lambda: lenient.get("/nodes").json()["stale"] is False, 30, 0.5, what="fresh data")
+
+
+LIVE_ROUTES = ("/queue", "/nodes", "/partitions", "/stats", "/usage", "/queue?user=root", "/nodes?state=idle",
+               "/ui", "/metrics")
+
+
+def test_frozen_slurmctld_every_live_route_answers_within_5_s(devcluster: DevCluster, settings: Settings,
+                                                            tmp_path: Path) -> None:
+    """slurmctld SIGSTOPped (it accepts connections and never answers): with the default
+    settings every live route answers within 5 s, from the last snapshot marked stale; with
+    serve_stale off and no snapshot at all, a 503 problem within 5 s too."""
+    settings.api.refresh_interval = 0.5
+    cold = settings.model_copy(deep=True)
+    cold.api.serve_stale = False
+    cold.state_dir = tmp_path / "cold"
+    pid = _ctld_pid(devcluster)
+    with api_for(settings) as warm, api_for(cold) as strict:
+        for path in LIVE_ROUTES:
+            assert warm.get(path).status_code == 200, path
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(2 * settings.api.refresh_interval + 0.1)  # past the refresh-ahead window
+            took: dict[str, float] = {}
+            with ThreadPoolExecutor(4) as pool:
+                def timed(path: str, http: httpx.Client = warm) -> httpx.Response:
+                    start = time.monotonic()
+                    resp = http.get(path)
+                    took[path] = time.monotonic() - start
+                    return resp
+
+                answers = dict(zip(LIVE_ROUTES, pool.map(timed, LIVE_ROUTES), strict=True))
+            for path, resp in answers.items():
+                assert took[path] <= 5.0, (path, took[path])
+                assert resp.status_code == 200, (path, resp.status_code, resp.text[:200])
+                if path.startswith(("/queue", "/nodes", "/partitions", "/stats", "/usage")):
+                    assert resp.json()["stale"] is True, path
+                    assert resp.headers["x-data-stale"] == "true"
+            # A second round answers at once: the hung query is not waited for again.
+            start = time.monotonic()
+            assert warm.get("/usage").json()["stale"] is True
+            assert time.monotonic() - start < 1.0
+            for path in ("/queue", "/nodes", "/usage"):  # never answered: nothing to serve
+                start = time.monotonic()
+                resp = strict.get(path)
+                assert time.monotonic() - start <= 5.0, path
+                assert resp.status_code == 503 and resp.headers["content-type"].startswith(
+                    "application/problem+json"), (path, resp.text[:200])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: warm.get("/nodes").json()["stale"] is False, 60, 0.5, what="fresh data again")
 
 
 def test_openapi_documents_the_live_filters(settings: Settings) -> None:

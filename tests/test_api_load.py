@@ -54,7 +54,7 @@ def test_two_workers_sharing_a_store_run_one_archiver(settings: Settings) -> Non
     holders = {s["archiver"] for s in samples}
     assert len(holders) == 1
     # one sample per 0.5 s from one archiver: about 7, never the ~14 of two
-    assert 4 <= len(samples) <= 9
+    assert 3 <= len(samples) <= 9  # (the first waits for the cold refresh worker)
     gaps = [b["timestamp"] - a["timestamp"] for a, b in itertools.pairwise(samples)]
     assert min(gaps) > 0.3
 

@@ -47,9 +47,13 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is gone for our purposes (reaped by its parent's executor later).
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
+    # A zombie is gone for our purposes (reaped by its parent's executor later). It can also be
+    # reaped between the signal and the read: /proc then answers ENOENT or ESRCH.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def worker_pid(cache: SnapshotCache) -> int:

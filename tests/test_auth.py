@@ -110,6 +110,23 @@ def test_failed_logins_are_rate_limited_per_address(auth_settings: Settings) -> 
         assert api.get("/health").status_code == 200
 
 
+def test_failed_logins_on_two_apps_sharing_a_store_add_up(auth_settings: Settings) -> None:
+    auth_settings.auth.login_failures_per_minute = 4
+    other_settings = auth_settings.model_copy(deep=True)  # the same state_dir: one store
+    with TestClient(create_app(auth_settings)) as a, TestClient(create_app(other_settings)) as b:
+        # A valid token from an address that never failed: answered without the store.
+        assert a.get("/ui/whoami", headers=bearer(READER)).status_code == 200
+        limiter_a = a.app.state.slurmtower_auth.limiter
+        assert limiter_a.store_calls == 0
+        for i in range(4):  # two failures on each app
+            assert (a, b)[i % 2].get("/ui/whoami", headers=bearer(f"wrong-{i}")).status_code == 401
+        for api in (a, b):  # each saw 2, the deployment 4: the fifth attempt is refused
+            resp = api.get("/ui/whoami", headers=bearer(READER))
+            assert resp.status_code == 429
+            assert 1 <= int(resp.headers["retry-after"]) <= 60
+            assert resp.json()["retry_after"] == int(resp.headers["retry-after"])
+
+
 def test_login_limiter_forgets_failures_after_the_window() -> None:
     now = [1000.0]
     limiter = LoginLimiter(2, window=60, clock=lambda: now[0])
@@ -211,7 +228,7 @@ def test_token_create_prints_a_token_once_with_its_config_entry(tmp_path: Path) 
                          capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "slurmtower: error: --role 'root' is not one of reader, operator, admin"]
+        "slurmtower: error: --role 'root' is not one of reader, operator, admin, alerter"]
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[[auth.tokens]]\nname = "otto"\nrole = "reader"\nsha256 = "{"0" * 64}"\n')
     dup = subprocess.run([str(exe), "token", "create", "--role", "reader", "--name", "otto", "-c", str(cfg)],
@@ -299,6 +316,8 @@ def test_token_reads_are_answered_on_the_event_loop_by_the_fast_path(
             "jwt": bearer(_jwt({"sub": "jo", "role": "reader"})),
             "cookie": {"Cookie": f"{TOKEN_COOKIE}={READER}"},
         }[credential]
+        for path in ("/nodes", "/queue"):  # each caller's view rendered once (readers: the private-free queue)
+            assert api.get(path, headers=headers).status_code == 200
         hops = _Hops(monkeypatch)
         for _ in range(20):
             for path in ("/nodes", "/queue"):
@@ -335,7 +354,11 @@ def test_refusals_on_the_fast_path_are_problems_and_each_failure_counts_once(
         resp = api.get("/nodes", headers=bearer(READER))
         assert resp.status_code == 429
         assert resp.json()["retry_after"] >= 1
-        assert hops.threads == 0
+        # Only the shared limiter's store calls leave the loop: each failure's write, the
+        # look-ups of the address once it has failed; none once it is over the limit here.
+        limiter = api.app.state.slurmtower_auth.limiter
+        assert limiter.store_calls == 3 + 2
+        assert hops.threads == limiter.store_calls
 
 
 def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
@@ -360,11 +383,13 @@ def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
         resp = api.get("/nodes", headers=bearer(other))
         assert resp.status_code == 401
         assert resp.json()["detail"] == "JWT signing key not found: no signing key matches kid 'k2'"
-        assert (hops.threads, jwks.fetches) == (0, 1)
+        # (The failed logins' store calls leave the loop too: not the JWKS's.)
+        limiter = api.app.state.slurmtower_auth.limiter
+        assert (hops.threads - limiter.store_calls, jwks.fetches) == (0, 1)
         # Once the cooldown is over, the set is fetched again (in a thread): a rotated key?
         jwks.cooldown = 0.0
         assert api.get("/nodes", headers=bearer(other)).status_code == 401
-        assert (hops.threads, jwks.fetches) == (1, 2)
+        assert (hops.threads - limiter.store_calls, jwks.fetches) == (1, 2)
 
 
 def test_jwks_keys_expire_and_survive_an_unreachable_endpoint(jwks_server: tuple[str, object]) -> None:
@@ -402,7 +427,9 @@ def test_authenticate_other_hook_runs_in_a_thread_unless_async(
         hops = _Hops(monkeypatch)
         assert api.get("/nodes", headers=bearer("plugin-token")).status_code == 200
         assert api.get("/nodes", headers=bearer("not-plugin")).status_code == 401
-        assert hops.threads == (2 if kind == "function" else 0)
+        # Besides the hook: the failure written to the shared limiter's store.
+        assert api.app.state.slurmtower_auth.limiter.store_calls == 1
+        assert hops.threads == (2 if kind == "function" else 0) + 1
 
 
 def test_a_replaced_token_list_takes_effect(quiet_settings: Settings) -> None:
@@ -413,3 +440,27 @@ def test_a_replaced_token_list_takes_effect(quiet_settings: Settings) -> None:
         quiet_settings.auth.tokens = [TokenEntry(name="nina", role="reader", sha256=hash_token("stw_new"))]
         assert api.get("/ui/whoami", headers=bearer("stw_new")).json()["name"] == "nina"
         assert api.get("/ui/whoami", headers=bearer(READER)).status_code == 401
+
+
+def test_an_event_stream_ends_when_its_jwt_expires(auth_settings: Settings) -> None:
+    """A JWT accepted within its clock-skew leeway, 3 s before that runs out: the stream
+    says so and ends then, instead of streaming for as long as the client stays."""
+    import httpx
+
+    from slurmtower.api.security import JWT_LEEWAY
+    from tests.api_server import running
+
+    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    auth_settings.archiver.archive_usage_load = False
+    token = _jwt({"sub": "jo", "role": "reader", "exp": int(time.time()) - JWT_LEEWAY + 3})
+    with running(create_app(auth_settings)) as http:
+        t0 = time.monotonic()
+        lines = []
+        with http.stream("GET", "/events/stream", headers={"Authorization": f"Bearer {token}"},
+                         timeout=httpx.Timeout(20)) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                lines.append(line)
+        took = time.monotonic() - t0
+    assert "event: slurmtower.stream.expired" in lines, lines
+    assert 1.0 <= took <= 6.0, took

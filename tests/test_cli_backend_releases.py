@@ -16,7 +16,9 @@ import pytest
 
 from slurmtower.models import NodeFlag, NodeState
 from slurmtower.nodeset import parse_nodeset
+from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient, CommandRunner
+from slurmtower.slurm.info import cluster_info
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 RELEASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
@@ -29,31 +31,43 @@ name = os.path.basename(sys.argv[0]); args = sys.argv[1:]
 with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
     log.write(json.dumps([name, *args]) + "\n")
 index = json.loads((fx / "index.json").read_text())
+JSON = any(a == "--json" or a.startswith("--json=") for a in args)
 def out(f):
     p = fx / f
     if not p.exists():
         print(f"{name}: unrecognized option '--json'", file=sys.stderr); sys.exit(1)
-    sys.stdout.write(p.read_text()); sys.exit(0)
+    text = p.read_text()
+    if os.environ.get("FAKE_SLURM_NEWER") and "--json" in args and f.endswith(".json"):
+        # A release newer than slurmtower: its default format (v0.0.46) in a shape it cannot read.
+        doc = json.loads(text)
+        doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.46"
+        for key in ("nodes", "jobs", "partitions", "reservations", "statistics", "slurm_conf"):
+            if key in doc:
+                doc[key + "_v46"] = doc.pop(key)
+        text = json.dumps(doc)
+    sys.stdout.write(text); sys.exit(0)
 if name == "sinfo":
     if "-V" in args: print(index["slurm_version"]); sys.exit(0)
-    if "--json" in args: out("sinfo.json")
+    if JSON: out("sinfo.json")
 if name == "scontrol":
     if args[:1] == ["ping"]: print("Slurmctld(primary) at x is UP"); sys.exit(0)
     words = [a for a in args if not a.startswith("-")]
     what = words[1] if len(words) > 1 else ""
-    if words[:2] == ["show", "config"]: out("scontrol-show-config.txt")
-    if "--json" in args: out(f"scontrol-show-{what}.json")
+    if words[:2] == ["show", "config"]:
+        # 24.11/25.11 accept --json here and print the text form; 26.05 prints JSON.
+        out("scontrol-show-config.json" if JSON and (fx / "scontrol-show-config.json").exists()
+            else "scontrol-show-config.txt")
+    if JSON: out(f"scontrol-show-{what}.json")
     if "-o" in args: out(f"scontrol-o-show-{what}.txt")
-if name == "squeue" and "--json" in args: out("squeue.json")
-if name == "sdiag": out("sdiag.json" if "--json" in args else "sdiag.txt")
+if name == "squeue" and JSON: out("squeue.json")
+if name == "sdiag": out("sdiag.json" if JSON else "sdiag.txt")
 if name == "strigger" and "--get" in args: out("strigger-get.txt")
 print(f"fake {name}: no recording for {args}", file=sys.stderr); sys.exit(2)
 """
 
 
-@pytest.fixture(params=RELEASES, ids=[f"slurm-{r}" for r in RELEASES])
-def fake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, CliSlurmClient, Path]:
-    release: str = request.param
+def fake_commands(tmp_path: Path, release: str, **extra: str) -> tuple[dict[str, str], Path]:
+    """The fake Slurm commands of ``release`` first on PATH: (their environment, the argv log)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for cmd in ("sinfo", "scontrol", "squeue", "sdiag", "strigger"):
@@ -62,7 +76,14 @@ def fake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, CliSlurmC
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
     log = tmp_path / "argv.log"
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_FIXTURES": str(FIXTURES / release),
-           "FAKE_SLURM_LOG": str(log)}
+           "FAKE_SLURM_LOG": str(log), **extra}
+    return env, log
+
+
+@pytest.fixture(params=RELEASES, ids=[f"slurm-{r}" for r in RELEASES])
+def fake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, CliSlurmClient, Path]:
+    release: str = request.param
+    env, log = fake_commands(tmp_path, release)
     return release, CliSlurmClient(CommandRunner(env=env)), log
 
 
@@ -76,9 +97,20 @@ def test_the_client_uses_the_best_source_of_each_release(fake: tuple[str, CliSlu
     client.partitions()
     client.stats()
     modern = client.version() >= (23, 2)
+    client.config()
     calls = _calls(log)
-    assert calls[0] == ["sinfo", "-V"]
-    assert sum(1 for c in calls if c == ["sinfo", "-V"]) == 1  # detected once
+    # The JSON forms are asked once, before the first read: which commands print JSON.
+    assert calls[0] == ["scontrol", "show", "partition", "--json"]
+    assert sum(1 for c in calls if c == ["sinfo", "-V"]) <= 1  # the version, read once
+    config_json = (FIXTURES / _release / "scontrol-show-config.json").exists()
+    forms = client.json_forms()
+    assert (forms.scontrol, forms.sdiag, forms.config) == (modern, modern, config_json)
+    # only the probe: the configuration itself is read in the text form on every release
+    assert sum(1 for c in calls if c[:2] == ["scontrol", "show"] and c[-2:] == ["config", "--json"]) == \
+        (1 if modern else 0)
+    if modern:
+        recorded = json.loads((FIXTURES / _release / "index.json").read_text())["data_parser"].split()[0]
+        assert forms.data_parser is not None and recorded.endswith(forms.data_parser.rsplit("/", 1)[-1])
     if modern:
         assert ["scontrol", "show", "node", "--json"] in calls
         assert ["scontrol", "show", "partition", "--json"] in calls
@@ -87,7 +119,9 @@ def test_the_client_uses_the_best_source_of_each_release(fake: tuple[str, CliSlu
         assert ["scontrol", "-o", "show", "node"] in calls
         assert ["scontrol", "-o", "show", "partition"] in calls
         assert ["sdiag"] in calls
-    assert client.capabilities().scontrol_json is modern
+    caps = client.capabilities()
+    assert caps.scontrol_json is modern and caps.config_json is config_json
+    assert ["scontrol", "show", "config"] in calls
 
 
 def test_every_release_gives_the_same_node_and_partition_models(fake: tuple[str, CliSlurmClient, Path]) -> None:
@@ -119,3 +153,23 @@ def test_every_release_reads_jobs_stats_config_and_triggers(fake: tuple[str, Cli
     triggers = client.triggers()
     assert triggers and all(t.trigger_id > 0 for t in triggers)
     assert any("PERM" in t.flags for t in triggers)
+
+
+def test_a_release_newer_than_slurmtower_is_asked_for_the_newest_format_it_parses(tmp_path: Path) -> None:
+    """26.11 prints data_parser v0.0.46 by default, which this slurmtower does not parse: the
+    probe sees that and every read asks for v0.0.45 by name (26.05's commands take
+    ``--json=v0.0.44`` the same way). Served here by 26.05's recordings."""
+    newest = max(p.name for p in FIXTURES.iterdir() if (p / "scontrol-show-config.json").exists())
+    env, log = fake_commands(tmp_path, newest, FAKE_SLURM_NEWER="1")
+    client = CliSlurmClient(CommandRunner(env=env))
+    forms = client.json_forms()
+    assert forms.data_parser is not None and forms.data_parser.endswith("v0.0.46")
+    assert forms.json_flag == "--json=v0.0.45"
+    assert sorted(p.name for p in client.partitions()) == ["batch", "debug", "short"]
+    assert len(client.nodes()) == 4 and client.stats().server_thread_count is not None
+    reads = [c for c in _calls(log)[3:] if any(a.startswith("--json") for a in c)]
+    assert reads and all("--json=v0.0.45" in c for c in reads)
+    facts, warnings = cluster_info(Settings(), client)  # what `slurmtower info` prints
+    assert facts["cli_json_option"] == "--json=v0.0.45"
+    assert warnings == ["Slurm's commands print data_parser v0.0.46 by default, newer than this slurmtower "
+                        "parses: it asks for v0.0.45 (--json=v0.0.45); upgrade slurmtower"]

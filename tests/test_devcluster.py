@@ -87,3 +87,71 @@ def test_a_second_cluster_with_its_own_mariadb_runs_beside_the_first(devcluster:
     assert not other.is_up()
     assert devcluster.is_up()
     assert subprocess.run(["mariadb-admin", "ping"], capture_output=True, check=False).returncode == 0
+
+
+def test_up_restarts_a_dead_slurmdbd_and_keeps_the_tokens_a_user_added(devcluster: DevCluster) -> None:
+    """`up` on a cluster whose slurmdbd died is not "already up"; rewriting slurmtower.toml
+    keeps what the user added below the mark, and the token entries of a file from before it."""
+    import os
+    import signal
+    import tomllib
+    from pathlib import Path
+
+    from slurmtower.devcluster.cluster import USER_MARK
+
+    root = Path("/var/lib/slurmtower/dc-test-own")
+    other = DevCluster(root=root, cluster_name="dcown", port_base=31900, log=lambda _m: None)
+    try:
+        other.up(fresh=not other.is_up(), own_mariadb=True)
+        mine = '[[auth.tokens]]\nname = "alice"\nrole = "operator"\nsha256 = "' + "a" * 64 + '"\n'
+        text = other.tower_conf.read_text()
+        assert USER_MARK in text
+        other.tower_conf.write_text(text + mine)
+        dbd = int((other.run_dir / "slurmdbd.pid").read_text())
+        os.kill(dbd, signal.SIGKILL)
+        wait_for(lambda: not Path(f"/proc/{dbd}").exists(), 10, 0.1, what="slurmdbd to die")
+        logs: list[str] = []
+        other.log = logs.append
+        other.up()
+        assert not any("already up" in m for m in logs), logs
+        assert (other.run_dir / "slurmdbd.pid").read_text().split()[0] != str(dbd)
+        names = [t["name"] for t in tomllib.loads(other.tower_conf.read_text())["auth"]["tokens"]]
+        assert "alice" in names and len([n for n in names if n.startswith("demo-")]) == 3
+        # A file written before the mark existed: its extra token entries are kept too.
+        generated = other.tower_conf.read_text().split(USER_MARK)[0]
+        other.tower_conf.write_text(generated + mine.replace("alice", "bob"))
+        other.down()
+        other.up()
+        names = [t["name"] for t in tomllib.loads(other.tower_conf.read_text())["auth"]["tokens"]]
+        assert "bob" in names and "alice" not in names
+    finally:
+        other.down()
+
+
+def test_a_pid_file_names_its_daemon_not_whoever_got_the_pid_next(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """pids wrap (32,768 on this kind of machine): a killed slurmd's pid file, its pid now
+    another program's, is stale, so restore_node starts the slurmd again."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from slurmtower.devcluster.cluster import _read_pid
+
+    fake = tmp_path / "slurmd"
+    fake.symlink_to(sys.executable)
+    proc = subprocess.Popen([str(fake), "-c", "import time; time.sleep(60)", "-N", "n9"])
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for(lambda: b"n9" in cmdline.read_bytes(), 10, 0.05, what="the process")
+        (tmp_path / "slurmd-n9.pid").write_text(f"{proc.pid}\n")
+        (tmp_path / "slurmd-n8.pid").write_text(f"{proc.pid}\n")
+        (tmp_path / "slurmctld.pid").write_text(f"{proc.pid}\n")
+        (tmp_path / "slurmdbd.pid").write_text(f"{os.getpid()}\n")
+        assert _read_pid(tmp_path / "slurmd-n9.pid") == proc.pid
+        assert _read_pid(tmp_path / "slurmd-n8.pid") is None  # another node's slurmd
+        assert _read_pid(tmp_path / "slurmctld.pid") is None  # another daemon
+        assert _read_pid(tmp_path / "slurmdbd.pid") is None  # pytest took the pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _read_pid(tmp_path / "slurmd-n9.pid") is None  # dead

@@ -40,11 +40,11 @@ def pg_schema() -> Iterator[str]:
 
 
 def _pg_store(schema: str) -> EventStore:
-    # Fresh tables for each test, inside the module's scratch schema.
+    # A fresh store for each test (its schema revision included) in the module's scratch schema.
     engine = create_engine(PG_URL)
     with engine.begin() as conn:
-        for table in ("events", "node_states", "callback_nonces", "rule_runs", "event_cursors"):
-            conn.execute(text(f'DROP TABLE IF EXISTS "{schema}"."{table}"'))
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     return EventStore(engine, schema=schema)
 
 
@@ -280,3 +280,29 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_bad_store_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         EventStore("not a url")
+
+
+def test_sqlite_reads_take_no_write_lock(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A writer holding SQLite's write lock (the sensor mid-transaction) does not stall
+    readers: they BEGIN deferred, only writers BEGIN IMMEDIATE."""
+    import sqlite3
+    import time as _time
+
+    from slurmtower.events.store import EventStore as Store
+
+    path = tmp_path / "store.db"
+    store = Store(f"sqlite:///{path}")
+    store.append([Event(type="t", time=datetime.now(UTC), source="test", payload={})])
+    writer = sqlite3.connect(path, isolation_level=None, timeout=1)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO event_cursors (name, last_id, updated_at) VALUES ('x', 1, '2026-01-01')")
+    try:
+        t0 = _time.monotonic()
+        assert len(store.query()) == 1
+        assert store.last_id() == 1 and store.get_cursor("x") == 0  # the uncommitted row is not seen
+        assert store.load_node_states() == {}
+        assert _time.monotonic() - t0 < 2.0
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        store.close()

@@ -17,7 +17,7 @@ from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED
 
 from .sensor_helpers import SensorProcess
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 TOKEN = "reader-token-for-events-tests"
 
@@ -52,6 +52,15 @@ def _path(sensor: SensorProcess, klass: str = "node", kind: str = "down") -> str
 
 def _security_since(sensor: SensorProcess, last: int) -> list:  # type: ignore[type-arg]
     return [e for e in sensor.events(types=[SECURITY]) if e.id > last]
+
+
+_SOURCES = iter(range(1, 1 << 16))
+
+
+def _source() -> str:
+    """A client address of its own for one test (as a proxy would forward it)."""
+    n = next(_SOURCES)
+    return f"10.{time.time_ns() % 200}.{n >> 8}.{n & 255}"
 
 
 def _last(sensor: SensorProcess) -> int:
@@ -109,7 +118,9 @@ def test_refused_callbacks_are_recorded_as_security_events(
     elif case == "unknown_class":
         path = _path(sensor, "toaster", "down")
         headers = sign_request(key, "POST", path, body)
-    resp = http.post(path, content=body, headers=headers)
+    # Refusals are aggregated per source and minute: each case comes from its own address
+    # (uvicorn takes X-Forwarded-For from loopback, as from a proxy).
+    resp = http.post(path, content=body, headers={**headers, "X-Forwarded-For": _source()})
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/problem+json")
     refused = _security_since(sensor, last)
@@ -128,7 +139,7 @@ def test_replayed_callback_is_refused(sensor: SensorProcess, http: httpx.Client)
     headers = sign_request(_key(sensor), "POST", path, body)
     assert http.post(path, content=body, headers=headers).status_code == 202
     last = _last(sensor)
-    again = http.post(path, content=body, headers=headers)
+    again = http.post(path, content=body, headers={**headers, "X-Forwarded-For": _source()})
     assert again.status_code == 401
     assert again.json()["reason"] == "replayed"
     refused = _security_since(sensor, last)
@@ -170,7 +181,7 @@ def test_events_filters(sensor: SensorProcess, http: httpx.Client) -> None:
     assert bad.status_code == 400 and bad.json()["param"] == "end"
     naive = http.get("/events", params={"start": "2024-01-01T00:00:00"}, headers=AUTH)
     assert naive.status_code == 400 and naive.json()["param"] == "start"
-    assert http.get("/events", params={"limit": 0}, headers=AUTH).status_code == 422
+    assert http.get("/events", params={"limit": 0}, headers=AUTH).status_code == 400
 
 
 def test_stream_resumes_after_last_event_id(sensor: SensorProcess, http: httpx.Client) -> None:
@@ -208,3 +219,98 @@ def test_stream_delivers_new_events_live(sensor: SensorProcess, http: httpx.Clie
                 assert data["type"] == SENSOR_TRIGGERED and data["payload"]["type"] == "fail"
                 break
         assert time.monotonic() - t0 < 5
+
+
+def test_a_flood_of_refused_callbacks_is_one_event_per_source_and_minute(
+    sensor: SensorProcess, http: httpx.Client
+) -> None:
+    """200 unsigned POSTs from one address: one security event now (the rest are counted and
+    recorded as one more when the minute is over), one log line; another address, its own."""
+    last = _last(sensor)
+    path = _path(sensor)
+    flood, other = _source(), _source()
+    log_before = sensor.log().count("refused trigger callback")
+    for _ in range(200):
+        assert http.post(path, content=b"n1", headers={"X-Forwarded-For": flood}).status_code == 401
+    assert http.post(path, content=b"n1", headers={"X-Forwarded-For": other}).status_code == 401
+    refused = _security_since(sensor, last)
+    assert sorted(e.payload["client"] for e in refused) == sorted([flood, other])
+    assert all(e.payload["count"] == 1 for e in refused)
+    assert sensor.log().count("refused trigger callback") - log_before <= 2
+
+
+def test_an_oversized_callback_is_refused_before_it_is_read(sensor: SensorProcess, http: httpx.Client) -> None:
+    """A chunked body that never ends: the answer (413) comes once 64 KiB are in, not after
+    the whole body (a raw socket sends two 64 KiB chunks and then waits)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    path = _path(sensor)
+    last = _last(sensor)
+    source = _source()
+    url = urlsplit(sensor.url)
+    with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {source}\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n".encode())
+        chunk = b"x" * 65536
+        for _ in range(2):
+            sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        head = sock.recv(200)  # no terminating chunk is ever sent
+    assert head.startswith(b"HTTP/1.1 413"), head
+    declared = http.post(path, content=b"x" * (200 << 10), headers={"X-Forwarded-For": source})
+    assert declared.status_code == 413  # refused on its Content-Length
+    refused = _security_since(sensor, last)
+    assert [e.payload["reason"] for e in refused] == ["too_large"]
+    assert refused[0].payload["status"] == 413
+
+
+def test_refusals_of_a_minute_are_recorded_once_with_their_count(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The aggregation itself, on a real store with the sensor's clock moved by hand."""
+    from slurmtower.errors import AuthenticationError
+    from slurmtower.events.sensor import Sensor
+    from slurmtower.events.store import EventStore
+    from slurmtower.settings import Settings
+
+    now = [datetime(2026, 12, 1, 12, 0, 5, tzinfo=UTC)]
+    store = EventStore(f"sqlite:///{tmp_path / 'store.db'}")
+    sensor = Sensor(Settings(state_dir=tmp_path), None, store, clock=lambda: now[0])  # type: ignore[arg-type]
+    exc = AuthenticationError("callback is not signed", reason="unsigned")
+    for _ in range(10_000):
+        sensor.record_refusal(exc, method="POST", path="/x/node/down", client_addr="10.0.0.9")
+        now[0] += timedelta(milliseconds=5)  # 50 s of refusals
+    sensor.record_refusal(exc, method="POST", path="/x/node/down", client_addr="10.0.0.8")
+    assert len(store.query(types=[SECURITY])) == 2  # the first of each source, at once
+    now[0] = datetime(2026, 12, 1, 12, 1, 1, tzinfo=UTC)
+    flushed = sensor.flush_refusals()
+    assert [(e.payload["client"], e.payload["count"], e.payload["reasons"]) for e in flushed] == [
+        ("10.0.0.9", 9_999, {"unsigned": 9_999})]
+    assert len(store.query(types=[SECURITY])) == 3
+    assert sensor.flush_refusals() == []
+
+
+def test_no_callback_route_where_the_sensor_does_not_run(settings) -> None:  # type: ignore[no-untyped-def]
+    import uuid as uuid_mod
+    import warnings
+
+    from slurmtower.api import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    settings.events.sensor_enabled = False
+    with TestClient(create_app(settings)) as api:
+        resp = api.post(f"/{uuid_mod.uuid4()}/node/down", content=b"n1")
+    assert resp.status_code in (404, 405)
+
+
+def test_the_store_file_is_created_readable_by_its_owner_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import stat
+
+    from slurmtower.events.store import EventStore
+
+    EventStore(f"sqlite:///{tmp_path / 'new' / 'slurmtower.db'}").append([])
+    for name in ("slurmtower.db", "slurmtower.db-wal"):
+        path = tmp_path / "new" / name
+        if path.exists():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, name

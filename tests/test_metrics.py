@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import subprocess
 import warnings
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from slurmtower import __version__
 from slurmtower.api import create_app
 from slurmtower.models.event import Event, RuleRun
 from slurmtower.settings import Settings
@@ -63,6 +66,20 @@ def test_scrape_has_cluster_api_and_slurm_call_metrics(api: TestClient, clean_no
     assert calls and sum(calls.values()) >= 1
     durations = [v for (n, _), v in got.items() if n == "slurmtower_slurm_call_duration_seconds_sum"]
     assert durations and all(v > 0 for v in durations)
+
+
+def test_scrape_names_the_process_that_answered(api: TestClient) -> None:
+    got = samples(api.get("/metrics", headers=bearer(READER)).text)
+    process = f"{socket.gethostname()}:{os.getpid()}"
+    assert got[("slurmtower_process_info", (("process", process), ("version", __version__)))] == 1
+    assert got[("slurmtower_worker_processes", ())] == 1
+    # The leader elections as this process sees them: the archiver's at least (the app runs it).
+    elections = api.app.state.services.elections
+    assert "archiver" in elections
+    for role, leader in elections.items():
+        key = ("slurmtower_leader", (("identity", leader.identity), ("role", role)))
+        assert got[key] == int(leader.is_leader)
+    assert got[("slurmtower_leader", (("identity", elections["archiver"].identity), ("role", "archiver")))] == 1
 
 
 @pytest.mark.cluster

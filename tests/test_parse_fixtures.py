@@ -1,7 +1,7 @@
 """Every recorded Slurm output of every release parses, and means the same in each release.
 
 Release folders under ``tests/fixtures/slurm/`` are found at collection time: a new folder
-(say ``26.05/``) is tested without code changes. A file kind without a parser fails.
+(say ``26.11/``) is tested without code changes. A file kind without a parser fails.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ JSON_PARSERS: dict[str, Callable[[Any], object]] = {
     "sacctmgr-show-assoc.json": ad.parse_associations_json,
     "rest-slurmdb-associations.json": ad.parse_associations_json,
     "rest-slurmdb-users.json": ad.parse_users_json,
+    # 26.05+: scontrol show config --json prints JSON (24.11/25.11 print the text form).
+    "scontrol-show-config.json": lambda d: ad.parse_config_json(d, tz=TZ),
 }
 TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "scontrol-o-show-node.txt": lambda t: ad.parse_nodes_text(t, tz=TZ),
@@ -157,6 +159,30 @@ def test_json_meta_gives_the_release(release: str) -> None:
             assert version.data_parser is not None and version.data_parser.startswith("v0.0."), path.name
 
 
+def _offered(release: str) -> tuple[int, list[int], set[int]]:
+    """From index.json's ``data_parser`` note: the default format, every format slurmrestd
+    serves, and those it marks deprecated (``... also serves v0.0.41 (deprecated), v0.0.42``)."""
+    note = _index(release)["data_parser"]
+    numbers = [int(n) for n in re.findall(r"v0\.0\.(\d+)", note)]
+    deprecated = {int(n) for n in re.findall(r"v0\.0\.(\d+) \(deprecated\)", note)}
+    return numbers[0], sorted(set(numbers)), deprecated
+
+
+@pytest.mark.parametrize("release", _releases())
+def test_the_one_list_of_data_parsers_matches_what_each_release_serves(release: str) -> None:
+    default, served, deprecated = _offered(release)
+    slurm = ad.parse_sinfo_version(_index(release)["slurm_version"])
+    entry = ad.data_parser(default)
+    assert entry is not None and entry.default_in == f"{slurm.major}.{slurm.minor:02d}"
+    assert [p.number for p in ad.served_by(slurm)] == served
+    assert {p.number for p in ad.served_by(slurm) if p.deprecated_on(slurm)} == deprecated
+    assert set(ad.deprecated_parsers(served)) == deprecated  # the release inferred from the newest
+    assert ad.newest_known(served) == default and default in ad.KNOWN_DATA_PARSERS
+    for path in _files(release):
+        if path.suffix == ".json":
+            assert ad.format_version(json.loads(path.read_text())) == default, path.name
+
+
 # ------------------------------------------------------------------------------------ nodes
 
 
@@ -238,6 +264,21 @@ def test_node_details_from_json_and_text(release: str) -> None:
         assert node.slurmd_version == _index(release)["slurm_version"].split()[-1], source
         assert node.port is not None and node.boot_time is not None, source
         assert node.operating_system is not None and node.operating_system.startswith("Linux "), source
+
+
+@pytest.mark.parametrize("release", _releases())
+def test_node_suspend_time_is_read_where_the_release_reports_it(release: str) -> None:
+    raw = _load(release, "rest-slurm-nodes.json")["nodes"]
+    lines = [ad.split_key_values(line) for line in _load(release, "scontrol-o-show-node.txt").splitlines() if line]
+    in_json = {"suspend_time" in node for node in raw}
+    in_text = {"SuspendTime" in fields for fields in lines}
+    assert in_json == in_text and len(in_json) == 1  # 26.05+ has it in both forms, older in neither
+    if in_json == {True}:
+        # The recorded cluster has no power saving: every node is INFINITE (never suspended).
+        assert all(node["suspend_time"]["infinite"] for node in raw)
+        assert {fields["SuspendTime"] for fields in lines} == {"INFINITE"}
+    for source, nodes in _node_sources(release).items():
+        assert all(node.suspend_time is None for node in nodes), source
 
 
 @pytest.mark.parametrize("release", _releases())
@@ -378,6 +419,37 @@ def test_the_same_job_has_the_same_times_in_json_and_text(release: str) -> None:
 
 
 @pytest.mark.parametrize("release", _releases())
+def test_each_run_of_a_job_has_its_sluid_in_slurmctld_and_accounting(release: str) -> None:
+    sources = _job_sources(release)
+    raw_ctl = _load(release, "rest-slurm-jobs.json")["jobs"]
+    raw_acct = _load(release, "sacct.json")["jobs"]
+    ctl_has = {"sluid" in (job.get("step_id") or {}) for job in raw_ctl}  # v0.0.44+ (25.11)
+    acct_has = {"sluid" in job for job in raw_acct}  # v0.0.45+ (26.05)
+    assert len(ctl_has) == len(acct_has) == 1
+    for source, jobs in sources.items():
+        accounting = source in ("sacct", "sacct-steps", "slurmdb", "sacct-P")
+        # No text form prints a sluid (scontrol -o show job, sacct -P without asking).
+        if source in ("text", "sacct-P") or (acct_has if accounting else ctl_has) != {True}:
+            assert all(j.sluid is None and j.original_sluid is None for j in jobs), source
+            continue
+        sluids = [j.sluid for j in jobs]
+        assert None not in sluids and len(set(sluids)) == len(jobs), source  # one per run
+        array = _sample(release, "array_completed")
+        assert len({j.sluid for j in jobs if j.array_job_id == array}) == 3, source  # each task its own
+        if accounting:
+            assert all(j.original_sluid == j.sluid for j in jobs), source  # nothing was requeued
+        else:
+            assert all(j.original_sluid is None for j in jobs), source
+    if ctl_has == acct_has == {True}:
+        # slurmctld and slurmdbd name the same run alike.
+        ctl = {j.job_id: j.sluid for j in sources["rest"]}
+        for source in ("sacct", "sacct-steps", "slurmdb"):
+            assert {j.job_id: j.sluid for j in sources[source]} == {
+                j.job_id: ctl[j.job_id] for j in sources[source]
+            }, source
+
+
+@pytest.mark.parametrize("release", _releases())
 def test_accounting_steps_include_the_failed_step(release: str) -> None:
     job_id = _sample(release, "steps_with_failed_step")
     for source, steps in {
@@ -424,12 +496,20 @@ def test_partitions_agree_between_json_and_text(release: str) -> None:
     for name in ("rest-slurm-partitions.json", "scontrol-show-partition.json"):
         if not (FIXTURES / release / name).exists():
             continue
-        for part in ad.parse_partitions_json(_load(release, name)):
+        doc = _load(release, name)
+        parsed = ad.parse_partitions_json(doc)
+        for part in parsed:
             other = text[part.name]
             fields = PARTITION_FIELDS
             assert {f: getattr(part, f) for f in fields} == {f: getattr(other, f) for f in fields}, name
-            # v0.0.40+ JSON has no partition flags; 22.05's has them.
-            assert part.is_default in (other.is_default, None)
+        # 22.05 (v0.0.38) and 26.05+ (v0.0.45) JSON have partition flags; v0.0.40-44 have none.
+        if all("flags" in raw for raw in doc["partitions"]):
+            for part in parsed:
+                other = text[part.name]
+                assert (part.is_default, part.hidden) == (other.is_default, other.hidden), (name, part.name)
+            assert [p.name for p in parsed if p.is_default] == ["debug"], name
+        else:
+            assert all(p.is_default is None and p.hidden is None for p in parsed), name
 
 
 @pytest.mark.parametrize("release", _releases())
@@ -455,18 +535,81 @@ def test_reservations_agree_between_json_and_text(release: str) -> None:
 # ----------------------------------------------------------------- config, sdiag, triggers
 
 
+def _config_sources(release: str) -> dict[str, ClusterConfig]:
+    sources = {"text": ad.parse_config_text(_load(release, "scontrol-show-config.txt"), tz=TZ)}
+    if (FIXTURES / release / "scontrol-show-config.json").exists():
+        sources["json"] = ad.parse_config_json(_load(release, "scontrol-show-config.json"), tz=TZ)
+    return sources
+
+
 @pytest.mark.parametrize("release", _releases())
 def test_config_gives_typed_values(release: str) -> None:
-    config = ad.parse_config_text(_load(release, "scontrol-show-config.txt"), tz=TZ)
-    assert isinstance(config, ClusterConfig)
-    assert config.cluster_name == _index(release)["cluster"]
-    assert config.slurm_user == "slurm"
-    assert config.items["slurm_user"] == "slurm(64030)"
-    assert config.version == ad.parse_sinfo_version(_index(release)["slurm_version"])
-    assert isinstance(config.min_job_age, int) and config.min_job_age > 0
-    assert config.items["slurmctld_host_0"].startswith("vm")
-    assert config.get("TopologyPlugin", "").startswith("topology/")
-    assert config.controllers == {"vm": "UP"} and config.as_of is not None
+    for source, config in _config_sources(release).items():
+        assert isinstance(config, ClusterConfig)
+        assert config.cluster_name == _index(release)["cluster"], source
+        assert config.slurm_user == "slurm"
+        assert config.items["slurm_user"] == "slurm(64030)", source
+        assert config.version == ad.parse_sinfo_version(_index(release)["slurm_version"]), source
+        assert isinstance(config.min_job_age, int) and config.min_job_age > 0, source
+        assert config.items["slurmctld_host_0"].startswith("vm"), source
+        assert (config.get("TopologyPlugin") or "").startswith("topology/"), source
+        assert config.as_of is not None, source
+        # The controller's status is a ping scontrol adds to the text; the JSON has none.
+        assert config.controllers == ({"vm": "UP"} if source == "text" else {}), source
+
+
+#: How 26.05's JSON writes a setting its text writes otherwise (DIFFERENCES.md): JSON value names
+#: (ReturnToService, PreemptMode, PropagatePrioProcess), defaults the text spells out and the
+#: JSON leaves empty (or the reverse: PriorityFlags), and a duration the text prints as H:M:S.
+CONFIG_JSON_VALUES = {
+    "return_to_service": ("non_responsive_only", "1"),
+    "preempt_mode": ("DISABLED", "OFF"),
+    "propagate_prio_process": ("off", "0"),
+    "priority_flags": ("FAIR_TREE", ""),
+    "cpu_freq_governors": ("(null)", "OnDemand,Performance,UserSpace"),
+    "private_data": ("(null)", "none"),
+    "task_plugin_param": ("(null)", "(null type)"),
+    "preempt_exempt_time": ("0", "00:00:00"),
+}
+#: Text settings the JSON has under other names or not at all: memory defaults per node (the JSON
+#: has them per CPU), PrologEpilogTimeout (JSON: PrologTimeout/EpilogTimeout), HASH_VAL (the
+#: text's "Match" of the config hash; the JSON gives hash_value), and five the JSON leaves out.
+CONFIG_TEXT_ONLY = {
+    "def_mem_per_node", "max_mem_per_node", "prolog_epilog_timeout", "hash_val", "job_comp_pass",
+    "allow_spec_resources_usage", "disable_root_jobs", "track_wc_key", "use_pam",
+}
+_UNIT = re.compile(r"^(\d+) (?:sec|usec|min|nodes/min|percent)$")
+
+
+@pytest.mark.parametrize("release", [r for r in RELEASES if (FIXTURES / r / "scontrol-show-config.json").exists()])
+def test_config_json_and_text_hold_the_same_settings(release: str) -> None:
+    sources = _config_sources(release)
+    text, js = sources["text"], sources["json"]
+    assert js.as_of == text.as_of
+    for name in ("cluster_name", "slurm_user", "min_job_age", "version"):
+        assert getattr(js, name) == getattr(text, name), name
+    assert set(text.items) - set(js.items) == CONFIG_TEXT_ONLY
+    differing = {}
+    for key in sorted(set(text.items) & set(js.items)):
+        written = text.items[key]
+        unit = _UNIT.match(written)  # the JSON has plain numbers: "60" for "60 sec"
+        if unit and js.items[key] == unit[1]:
+            if written.endswith(" sec"):
+                assert js.seconds(key) == text.seconds(key) is not None, key
+            continue
+        if js.items[key] != written:
+            differing[key] = (js.items[key], written)
+    assert differing == CONFIG_JSON_VALUES
+    assert len(set(text.items) & set(js.items)) > 0.9 * len(text.items)
+    # The settings the text prints in notations of its own agree in meaning.
+    assert js.items["slurmctld_host_0"] == text.items["slurmctld_host_0"] == "vm(127.0.0.1)"
+    assert js.items["slurmd_user"] == text.items["slurmd_user"] == "root(0)"
+    assert js.items["boot_time"] == text.items["boot_time"] and js.items["next_job_id"] == text.items["next_job_id"]
+    assert js.get("SuspendTime") == text.get("SuspendTime") == "INFINITE"
+    assert js.get("AccountingStorageTRES") == text.get("AccountingStorageTRES")
+    assert js.items["job_requeue"] == text.items["job_requeue"] == "1"
+    assert js.items["priority_favor_small"] == text.items["priority_favor_small"] == "no"
+    assert js.get("PriorityWeightFairShare") == text.get("PriorityWeightFairShare") == "0"
 
 
 @pytest.mark.parametrize("release", _releases())
@@ -488,6 +631,33 @@ def test_sdiag_text_and_json_give_the_same_counters(release: str) -> None:
         assert all(r.average_time_us is not None for r in stats.rpcs_by_type)
         assert stats.raw
     assert text.rpcs_by_type and text.rpcs_by_user and text.server_thread_count is not None
+
+
+def _rpcs(stats: ControllerStats) -> dict[tuple[str, int | None], tuple[str, int, int | None, int | None]]:
+    return {
+        **{("type", r.type_id): (r.name, r.count, r.average_time_us, r.total_time_us) for r in stats.rpcs_by_type},
+        **{("user", u.user_id): (u.user, u.count, u.average_time_us, u.total_time_us) for u in stats.rpcs_by_user},
+    }
+
+
+@pytest.mark.parametrize("release", [r for r in RELEASES if (FIXTURES / r / "sdiag.json").exists()])
+def test_sdiag_json_and_the_text_recorded_after_it_agree_rpc_by_rpc(release: str) -> None:
+    """sdiag --json was recorded first, then sdiag, then REST /diag: each RPC has the same name
+    in all three, its count only grows, and where the count did not move neither did its times."""
+    first = ad.parse_sdiag_json(_load(release, "sdiag.json"))
+    text = ad.parse_sdiag_text(_load(release, "sdiag.txt"))
+    last = ad.parse_sdiag_json(_load(release, "rest-slurm-diag.json"))
+    scalars = set(ControllerStats.model_fields) - {"raw", "rpcs_by_type", "rpcs_by_user"}
+    # The text prints no backfill mean before the first backfill cycle; the JSON prints 0.
+    if text.backfill_cycle_count == 0:
+        scalars.discard("backfill_cycle_mean_us")
+    assert {f: getattr(first, f) for f in scalars} == {f: getattr(text, f) for f in scalars}
+    for earlier, later in ((_rpcs(first), _rpcs(text)), (_rpcs(text), _rpcs(last))):
+        assert earlier.keys() <= later.keys()
+        for key, (name, count, average, total) in earlier.items():
+            assert later[key][0] == name and later[key][1] >= count, key
+            if later[key][1] == count:
+                assert later[key][2:] == (average, total), key
 
 
 @pytest.mark.parametrize("release", _releases())
@@ -550,17 +720,26 @@ def test_the_same_associations_come_out_of_text_and_json(release: str) -> None:
             assert association.qos == ["normal"] and association.default_qos is None, source
             assert association.priority is None, source
             assert association.limits.model_dump() == Association(account="x").limits.model_dump(), source
-    # sacctmgr's default text has no id and no default mark; 25.11's JSON numbers them, 24.11's
-    # prints 0 for every one (read as unknown) and 22.05's has no id at all.
+    # sacctmgr's default text has no id and no default mark. The JSON numbers them where
+    # slurmdbd prints ids (25.11+); 24.11.7 prints 0 for every one (read as unknown) and 22.05
+    # none at all: which it is comes from the recorded files themselves.
     assert all(a.id is None and not a.is_default for a in sources["text"])
-    for source in ("rest", "sacctmgr-json"):
+    numbered = {
+        name: {(r["account"], r.get("user") or None): r.get("id") for r in _load(release, name)["associations"]}
+        for name in ("rest-slurmdb-associations.json", "sacctmgr-show-assoc.json")
+        if (FIXTURES / release / name).exists()
+    }
+    for source, name in (("rest", "rest-slurmdb-associations.json"), ("sacctmgr-json", "sacctmgr-show-assoc.json")):
         if source not in sources:
             continue
-        ids = [a.id for a in sources[source]]
-        if release == "25.11":
-            assert sorted(i for i in ids if i is not None) == list(range(1, 9)), source
+        ids = {(a.account, a.user): a.id for a in sources[source]}
+        if any(numbered[name].values()):
+            assert ids == numbered[name], source
+            assert len(set(ids.values())) == 8 and ids[("root", None)] == 1, source  # root's comes first
         else:
-            assert ids == [None] * 8, source
+            assert set(numbered[name].values()) <= {0, None} and set(ids.values()) == {None}, source
+        # REST and sacctmgr read the same slurmdbd: the same ids.
+        assert ids == {(a.account, a.user): a.id for a in sources.get("rest", sources[source])}, source
         defaults = {(a.account, a.user) for a in sources[source] if a.is_default}
         assert defaults == {(acct, user) for user, acct in DEFAULT_ACCOUNTS.items()}, source
         parents = {a.account: a.parent_account for a in sources[source] if a.user is None}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -325,6 +326,203 @@ def test_epoch_zero_is_none_in_every_format() -> None:
     (a,) = ad.parse_nodes_json({"meta": _META_2205, "nodes": [old]})
     (b,) = ad.parse_nodes_json({"meta": meta_new, "nodes": [new]})
     assert a.boot_time is None and b.boot_time is None and a.last_busy == b.last_busy is not None
+
+
+def _meta(fmt: int, release: str) -> dict[str, Any]:
+    major, minor, micro = release.split(".")
+    return {
+        "plugin": {"data_parser": f"data_parser/v0.0.{fmt}"},
+        "slurm": {"version": {"major": major, "minor": minor, "micro": micro}, "release": release},
+    }
+
+
+def _n(value: int, *, infinite: bool = False, set_: bool = True) -> dict[str, Any]:
+    return {"set": set_, "infinite": infinite, "number": value}
+
+
+def test_v0045_sinfo_reason_user_moved_up_a_level() -> None:
+    group = {
+        "node": {"state": ["IDLE", "DRAIN"]},
+        "nodes": {"nodes": ["q4"], "total": 1},
+        "partition": {"name": "debug"},
+    }
+    old = {**group, "reason": {"description": "disk replace", "time": 1796113410, "user": "root"}}
+    new = {**group, "reason": {"description": "disk replace", "time": 1796113410}, "reason_set_by_user": "root"}
+    (a,) = ad.parse_nodes_json({"meta": _meta(44, "25.11.7"), "sinfo": [old]})
+    (b,) = ad.parse_nodes_json({"meta": _meta(45, "26.05.3"), "sinfo": [new]})
+    assert a == b and b.reason_set_by_user == "root" and b.reason == "disk replace" and b.is_drained
+    # A v0.0.45 record's own reason_set_by_user is not overwritten by the older key.
+    (c,) = ad.parse_nodes_json({"meta": _meta(45, "26.05.3"), "sinfo": [{**new, "reason": old["reason"]}]})
+    assert c.reason_set_by_user == "root"
+
+
+def test_v0045_partition_flags_give_default_and_hidden() -> None:
+    base = {"name": "p", "partition": {"state": ["UP"]}, "maximums": {"time": _n(60)}}
+    older = {**base, "cpus": {"task_binding": 0, "total": 8}, "select_type": []}
+    newer = {**base, "cpus": {"task_binding": [], "total": 8}, "select_type": ["NONE"]}
+    (a,) = ad.parse_partitions_json({"meta": _meta(44, "25.11.7"), "partitions": [older]})
+    (b,) = ad.parse_partitions_json({"meta": _meta(45, "26.05.3"), "partitions": [{**newer, "flags": []}]})
+    (c,) = ad.parse_partitions_json(
+        {"meta": _meta(45, "26.05.3"), "partitions": [{**newer, "flags": ["DEFAULT", "HIDDEN"]}]}
+    )
+    assert (a.is_default, a.hidden) == (None, None)  # v0.0.40-44 do not say
+    assert (b.is_default, b.hidden, c.is_default, c.hidden) == (False, False, True, True)
+    assert a.model_dump(exclude={"is_default", "hidden"}) == b.model_dump(exclude={"is_default", "hidden"})
+    assert a.total_cpus == 8 and a.max_time == timedelta(hours=1)
+
+
+def test_node_suspend_time_from_json_and_text() -> None:
+    def node(suspend: dict[str, Any]) -> Node:
+        (parsed,) = ad.parse_nodes_json(
+            {"meta": _meta(45, "26.05.3"), "nodes": [{"name": "q1", "state": ["IDLE"], "suspend_time": suspend}]}
+        )
+        return parsed
+
+    assert node(_n(600)).suspend_time == timedelta(minutes=10)
+    assert node(_n(0, infinite=True, set_=False)).suspend_time is None  # INFINITE: never
+    assert node(_n(0, set_=False)).suspend_time is None
+
+    def text(value: str) -> timedelta | None:
+        (parsed,) = ad.parse_nodes_text(f"NodeName=q1 State=IDLE ResumeAfterTime=None SuspendTime={value} CfgTRES=")
+        return parsed.suspend_time
+
+    # Only INFINITE was recorded; a number is read as seconds, slurm.conf's unit.
+    assert (text("INFINITE"), text("600"), text("600 sec"), text("00:10:00")) == (
+        None,
+        timedelta(minutes=10),
+        timedelta(minutes=10),
+        timedelta(minutes=10),
+    )
+    (older,) = ad.parse_nodes_text("NodeName=p1 State=IDLE ResumeAfterTime=None CfgTRES=")
+    assert older.suspend_time is None
+
+
+def test_sluid_from_slurmctld_and_accounting_json() -> None:
+    ctl = {"job_id": 3, "job_state": ["FAILED"], "step_id": {"sluid": "sBC9M8RB4JCW00", "step_id": "entire"}}
+    (job,) = ad.parse_jobs_json({"meta": _meta(45, "26.05.3"), "jobs": [ctl]})
+    assert (job.sluid, job.original_sluid) == ("sBC9M8RB4JCW00", None)
+    acct = {"job_id": 3, "state": {"current": ["FAILED"]}, "sluid": "sBC9M8RB4JCW01", "original_sluid": "sBC9M8RB4JCW00"}
+    (run,) = ad.parse_sacct_json({"meta": _meta(45, "26.05.3"), "jobs": [acct]})
+    assert (run.sluid, run.original_sluid, run.from_accounting) == ("sBC9M8RB4JCW01", "sBC9M8RB4JCW00", True)
+    (older,) = ad.parse_sacct_json(
+        {"meta": _meta(44, "25.11.7"), "jobs": [{"job_id": 3, "state": {"current": ["FAILED"]}}]}
+    )
+    assert older.sluid is None and older.original_sluid is None
+
+
+def test_sdiag_json_average_unset_is_total_over_count() -> None:
+    def stats(rpc: dict[str, Any]) -> int | None:
+        doc = {"meta": _meta(45, "26.05.3"), "statistics": {"rpcs_by_message_type": [rpc], "rpcs_by_user": []}}
+        return ad.parse_sdiag_json(doc).rpcs_by_type[0].average_time_us
+
+    persist = {"type_id": 6500, "message_type": "REQUEST_PERSIST_INIT", "count": 1, "total_time": 0}
+    assert stats({**persist, "average_time": _n(0, set_=False)}) == 0  # sdiag prints ave_time:0
+    assert stats({**persist, "count": 3, "total_time": 10, "average_time": _n(0, set_=False)}) == 3
+    assert stats({**persist, "count": 0, "average_time": _n(0, set_=False)}) is None
+    assert stats({**persist, "count": 4, "total_time": 100, "average_time": _n(24)}) == 24  # Slurm's own wins
+
+
+def test_config_json_values_in_the_text_notation() -> None:
+    conf = {
+        "ClusterName": "c1",
+        "SlurmUser": "slurm",
+        "SlurmUserId": 64030,
+        "controllers": [{"machine": "ctl1", "address": "10.0.0.1"}, {"machine": "ctl2"}],
+        "AccountingStorageTRES": ["cpu", "mem"],
+        "JobDefaults": [{"type": "DefCpuPerGPU", "value": 2}, {"type": "DefMemPerGPU", "value": 1024}],
+        "SrunPortRange": {"minimum": 60001, "maximum": 63000, "set": True},
+        "SuspendTime": _n(0, infinite=True, set_=False),
+        "EpilogTimeout": _n(0, set_=False),
+        "MinJobAge": 300,
+        "JobRequeue": True,
+        "PriorityFavorSmall": False,
+        "PriorityWeightFairshare": 1000,
+        "MailDomain": "",
+        "DebugFlags": [],
+    }
+    meta = {"LastUpdate": 1796113420, "BOOT_TIME": 1796113318, "SLURM_VERSION": "26.05.3", "NEXT_JOB_ID": _n(16)}
+    doc = {"meta": _meta(45, "26.05.3"), "slurm_conf": conf, "slurm_conf_meta": meta, "errors": [], "warnings": []}
+    config = ad.parse_config_json(doc, tz=timezone(timedelta(hours=1)))
+    assert config.items == {
+        "cluster_name": "c1",
+        "slurm_user": "slurm(64030)",
+        "slurmctld_host_0": "ctl1(10.0.0.1)",
+        "slurmctld_host_1": "ctl2",
+        "accounting_storage_tres": "cpu,mem",
+        "job_defaults": "DefCpuPerGPU=2,DefMemPerGPU=1024",
+        "srun_port_range": "60001-63000",
+        "suspend_time": "INFINITE",
+        "epilog_timeout": "(null)",
+        "min_job_age": "300",
+        "job_requeue": "1",
+        "priority_favor_small": "no",
+        "priority_weight_fair_share": "1000",
+        "mail_domain": "(null)",
+        "debug_flags": "(null)",
+        "boot_time": "2026-12-01T09:21:58",  # local time in the cluster's zone, as the text prints it
+        "slurm_version": "26.05.3",
+        "next_job_id": "16",
+    }
+    assert config.as_of == datetime(2026, 12, 1, 8, 23, 40, tzinfo=UTC) and config.controllers == {}
+    assert (config.cluster_name, config.slurm_user, config.min_job_age, str(config.version)) == (
+        "c1", "slurm", 300, "26.05.3"
+    )
+    assert config.get("MailDomain") is None and config.get("EpilogTimeout") is None
+    with pytest.raises(SlurmRequestError, match="Invalid"):
+        ad.parse_config_json({"meta": {}, "errors": [{"error": "Invalid request"}], "warnings": []})
+    with pytest.raises(SlurmError, match="slurm_conf"):
+        ad.parse_config_json({"meta": {}, "errors": [], "slurm_conf": ["not", "an", "object"]})
+
+
+# ---------------------------------------------------------------- data_parser versions, chain
+
+
+def test_known_data_parsers_and_the_chain_come_from_one_list() -> None:
+    from slurmtower.slurm.adapters import _chain, _envelope
+
+    assert set(range(36, 46)) == ad.KNOWN_DATA_PARSERS
+    assert _chain.NEWEST == 45 == max(p.number for p in ad.DATA_PARSERS if p.parsed)
+    assert [p.number for p in ad.DATA_PARSERS] == list(range(36, 47))
+    v46 = ad.data_parser("data_parser/v0.0.46")
+    assert v46 is not None and not v46.parsed and v46.releases == ("26.11",)
+    assert ad.data_parser(47) is None
+    v42 = ad.data_parser("v0.0.42")
+    assert v42 is not None and v42.releases == ("24.11", "25.05", "25.11", "26.05")
+    # A document whose meta names a release but no format gets that release's default.
+    for release, fmt in (("22.05.8", 38), ("25.11.7", 44), ("26.05.3", 45), ("26.11.0", 46)):
+        major, minor, micro = release.split(".")
+        doc = {"meta": {"slurm": {"version": {"major": major, "minor": minor, "micro": micro}}}}
+        assert _envelope.format_version(doc) == fmt, release
+    with pytest.raises(ValueError, match="not a data_parser version"):
+        ad.data_parser("v1")
+
+
+def test_deprecated_parsers_says_since_when_until_when_and_what_instead() -> None:
+    on_2605 = ad.deprecated_parsers(["v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"])
+    assert on_2605 == {42: "v0.0.42 is deprecated since Slurm 26.05 and removed in 26.11; slurmtower reads v0.0.45"}
+    assert ad.deprecated_parsers([41, 42, 43, 44]) == {
+        41: "v0.0.41 is deprecated since Slurm 25.11 and removed in 26.05; slurmtower reads v0.0.44"
+    }
+    assert ad.deprecated_parsers([40, 41, 42]) == {}  # 24.11
+    # The release can be given (a pinned older version on 26.05), and formats slurmtower does
+    # not read yet are offered but never read instead.
+    assert set(ad.deprecated_parsers([42, 43], release="26.05.3")) == {42}
+    assert ad.deprecated_parsers([43, 44, 45, 46]) == {}
+    assert ad.newest_known(["data_parser/v0.0.45", "data_parser/v0.0.46"]) == 45
+    assert ad.newest_known([]) is None and ad.deprecated_parsers([]) == {}
+    # The short form, for "slurmrestd marks API v0.0.42 deprecated (<note>)".
+    assert ad.data_parser_note(42) == "since Slurm 26.05, removed in 26.11"
+    assert ad.data_parser_note("v0.0.40") == "removed in Slurm 25.05"
+    assert ad.data_parser_note(45) is None and ad.data_parser_note(99) is None
+
+
+def test_a_step_into_an_unknown_format_or_a_second_one_is_refused() -> None:
+    from slurmtower.slurm.adapters import _chain
+
+    with pytest.raises(ValueError, match="no known data format"):
+        _chain.step("node", 46)
+    with pytest.raises(ValueError, match="two steps"):
+        _chain.step("node", 40)(lambda record, version: record)
 
 
 def test_rest_responses_map_to_the_exception_tree() -> None:

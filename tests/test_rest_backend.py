@@ -1,4 +1,5 @@
-"""The slurmrestd backend against the devcluster's real slurmrestd (22.05: API v0.0.36-38)."""
+"""The slurmrestd backend against the devcluster's real slurmrestd (22.05: API v0.0.36-38;
+26.05: v0.0.42 (deprecated) to v0.0.45), what it can do there read from its OpenAPI document."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from slurmtower.nodeset import parse_nodeset
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient, RestSlurmClient, make_client
 
-pytestmark = pytest.mark.cluster
+from .conftest import node_states, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 
 @pytest.fixture()
@@ -22,13 +25,26 @@ def rest(devcluster: DevCluster) -> RestSlurmClient:
     client.close()
 
 
-def test_detects_the_newest_api_version_the_server_offers(rest: RestSlurmClient) -> None:
+#: What each release's slurmrestd offers: API versions, node updates, GET conf.
+OFFERS = {(22, 5): (("v0.0.36", "v0.0.37", "v0.0.38"), False, False),
+          (26, 5): (("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), True, True)}
+
+
+def _release(client: CliSlurmClient) -> tuple[int, int]:
+    version = client.version()
+    return version.major, version.minor
+
+
+def test_detects_the_newest_api_version_the_server_offers(rest: RestSlurmClient, client: CliSlurmClient) -> None:
     caps = rest.capabilities()
     assert caps.backend == "rest"
-    assert caps.rest_api_versions == ("v0.0.36", "v0.0.37", "v0.0.38")
-    assert (caps.version.major, caps.version.minor) == (22, 5)
-    assert caps.rest_node_update is False
-    assert "update_nodes" in caps.unsupported and "config" in caps.unsupported
+    assert (caps.version.major, caps.version.minor) == _release(client)
+    versions, node_update, conf = OFFERS[_release(client)]
+    assert caps.rest_api_versions == versions
+    assert rest.api_status()["api"] == versions[-1]
+    assert caps.rest_node_update is node_update and caps.config_json is conf
+    assert ("update_nodes" in caps.unsupported) is not node_update
+    assert ("config" in caps.unsupported) is not conf
 
 
 def test_reads_give_the_same_models_as_the_cli(rest: RestSlurmClient, client: CliSlurmClient) -> None:
@@ -49,11 +65,17 @@ def test_reads_give_the_same_models_as_the_cli(rest: RestSlurmClient, client: Cl
         rest.nodes(parse_nodeset("n[4-5]"))
 
 
-def test_says_clearly_what_slurmrestd_2205_cannot_do(rest: RestSlurmClient) -> None:
-    with pytest.raises(Unsupported, match="cannot update nodes"):
-        rest.drain(parse_nodeset("n1"), reason="x")
-    with pytest.raises(Unsupported, match="configuration"):
-        rest.config()
+def test_says_clearly_what_slurmrestd_cannot_do(rest: RestSlurmClient, client: CliSlurmClient) -> None:
+    _versions, node_update, conf = OFFERS[_release(client)]
+    if not node_update:
+        with pytest.raises(Unsupported, match="cannot update nodes"):
+            rest.drain(parse_nodeset("n1"), reason="x")
+    if not conf:
+        with pytest.raises(Unsupported, match="configuration"):
+            rest.config()
+    else:  # 26.05's GET /slurm/v0.0.45/conf: the same configuration the CLI reads
+        assert rest.config().cluster_name == client.config().cluster_name
+        assert rest.config().get("select_type") == client.config().get("select_type")
     with pytest.raises(Unsupported, match="reservations"):
         rest.create_reservation("x", nodes=parse_nodeset("n1"))
 
@@ -62,7 +84,10 @@ def test_make_client_rest_falls_back_to_the_cli_for_writes(devcluster: DevCluste
     settings.slurm.backend = "rest"
     client = make_client(settings)
     assert isinstance(client, RestSlurmClient)
-    assert client.config().cluster_name == "tower"  # through the CLI fallback
+    try:
+        assert client.config().cluster_name == devcluster.cluster_name  # GET conf (26.05+), else the CLI fallback
+    finally:
+        client.close()
 
 
 def test_bad_token_is_a_refused_request_and_a_closed_port_unavailable(devcluster: DevCluster) -> None:
@@ -84,7 +109,9 @@ def test_recorded_transport_seam_parses_newer_releases() -> None:
     if not (base / "rest-slurm-nodes.json").exists():
         pytest.skip("24.11 fixtures not copied")
     nodes_doc = (base / "rest-slurm-nodes.json").read_bytes()
-    spec_paths = {"paths": {"/slurm/v0.0.42/nodes": {}, "/slurm/v0.0.41/nodes": {}}}
+    # the part of 24.11's OpenAPI document the backend reads: paths and their methods
+    spec_paths = {"paths": {"/slurm/v0.0.42/nodes": {"get": {}}, "/slurm/v0.0.41/nodes": {"get": {}},
+                            "/slurm/v0.0.42/node/{node_name}": {"get": {}, "post": {}, "delete": {}}}}
     if (base / "openapi-v3.json.gz").exists():
         spec_paths = json.loads(gzip.decompress((base / "openapi-v3.json.gz").read_bytes()))
 
@@ -99,3 +126,29 @@ def test_recorded_transport_seam_parses_newer_releases() -> None:
     nodes = rest.nodes()
     assert [n.name for n in nodes] == ["m1", "m2", "m3", "m4"]
     assert rest.capabilities().rest_node_update is True
+
+
+def test_node_updates_over_rest_where_slurmrestd_has_them(devcluster: DevCluster, client: CliSlurmClient,
+                                                          clean_nodes: DevCluster) -> None:
+    """23.02+ (here 26.05): drain and resume are one POST /slurm/<v>/node/<nodes> each, and
+    slurmctld shows them; 22.05's slurmrestd has no such operation, so they go to the CLI
+    fallback (and without one are refused: the test above)."""
+    rest = RestSlurmClient(f"http://127.0.0.1:{devcluster.rest_port}", user="root",
+                           jwt_key_file=devcluster.jwt_key, fallback=client)
+    calls: list[str] = []
+    rest.observers.append(lambda kind, _s, ok: calls.append(f"{kind}:{ok}"))
+    try:
+        rest.drain(parse_nodeset("n[2-3]"), reason="st rest drain")
+        states = node_states()
+        assert all("DRAIN" in states[n] for n in ("n2", "n3")) and "DRAIN" not in states["n1"]
+        assert {n.name: n.reason for n in client.nodes(parse_nodeset("n[2-3]"))} == \
+            {"n2": "st rest drain", "n3": "st rest drain"}
+        rest.resume(parse_nodeset("n[2-3]"))
+        wait_for(lambda: not any("DRAIN" in s for s in node_states().values()), 20, what="n[2-3] resumed")
+    finally:
+        rest.close()
+    updates = [c for c in calls if c.startswith("rest node_update")]
+    if OFFERS[_release(client)][1]:
+        assert updates == ["rest node_update:True", "rest node_update:True"]  # one request each, no CLI
+    else:
+        assert updates == []  # the CLI did both

@@ -34,8 +34,9 @@ MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 #: runner declares READ (read-only actions exist) and checks each action's permission.
 PER_ACTION = {("POST", "/actions/{name}")}
 #: Mutating routes that authenticate themselves (HMAC-signed trigger callbacks from Slurm's
-#: notify program) and so declare PUBLIC; they must still refuse unsigned callers.
-SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}")}
+#: notify program, the generic alert webhook) and so declare PUBLIC; they must still refuse
+#: unsigned callers.
+SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}"), ("POST", "/hooks/generic")}
 #: FastAPI's generated API documentation (schema only, no cluster data): public by design.
 FASTAPI_DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
@@ -108,7 +109,12 @@ def module_settings(devcluster: object, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def app(module_settings: Settings) -> FastAPI:
-    return create_app(module_settings)
+    from slurmtower.api.routes.events import callback_router
+
+    app = create_app(module_settings)
+    # The trigger callback is served only where the sensor runs (off here): classify it too.
+    app.include_router(callback_router)
+    return app
 
 
 @pytest.fixture(scope="module")

@@ -603,3 +603,59 @@ def test_public_names_are_exported(module: str) -> None:
     assert mod.__all__ == sorted(mod.__all__, key=lambda n: (not n.isupper(), n))
     for name in mod.__all__:
         assert hasattr(mod, name), name
+
+
+def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settings(
+    store: EventStore, hook: Hook, tmp_path: Path
+) -> None:
+    """Each example under examples/rules, enabled, through the engine `serve` builds: the
+    keys the templates read (config.webhook_url, config.chassis, config.python,
+    config.key_file ...) come from the settings, and no run ends in render_error."""
+    from slurmtower.api.routes.events import build_rule_engine
+    from slurmtower.settings import Settings
+
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    names = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        doc["enabled"] = True
+        names.append(doc["name"])
+        (rules_dir / path.name).write_text(yaml.safe_dump(doc))
+    settings = Settings(state_dir=tmp_path)
+    settings.events.rules_dir = rules_dir
+    settings.events.rules_config = {"webhook_url": hook.url,
+                                    "chassis": {"n1": "n[1-2]", "n2": "n[1-2]", "n3": "n[3-4]", "n4": "n[3-4]"}}
+    cat = Catalogue()
+    engine = build_rule_engine(settings, store, None, dispatcher=cat)  # type: ignore[arg-type]
+    assert sorted(r.name for r in engine.rules) == sorted(names)
+    uuid = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    store.append([
+        Event(type=SENSOR_UP, time=T0, source="sensor", payload={"uuid": uuid, "triggers": [], "poll_interval": 1}),
+        Event(type=SENSOR_TRIGGERED, time=T0, source="trigger",
+              payload={"uuid": uuid, "class": "node", "type": "down", "argument": "n1", "nodes": ["n1"]}),
+        Event(type=SENSOR_TRIGGERED, time=T0, source="trigger",
+              payload={"uuid": uuid, "class": "node", "type": "drained", "argument": "n3", "nodes": ["n3"]}),
+        node_event("n1"),  # DOWN
+        node_event("n3", state="IDLE", flags=["DRAIN"], flags_added=["DRAIN"], reason="disk"),
+    ])
+    runs = engine.process_pending()
+    by_rule = {r.rule: r for r in runs}
+    assert sorted(by_rule) == sorted(names), sorted(by_rule)
+    assert {r.rule: r.outcome for r in runs if r.outcome != "succeeded"} == {}, [r.envelope for r in runs]
+    params = {ref: p for ref, p, _ in cat.calls}
+    assert ("slurm.node.drain", "n[1-2]") in [(ref, p.get("nodes")) for ref, p, _ in cat.calls]
+    assert params["slurm.trigger.set"]["program"].startswith(f"/usr/bin/python3 {tmp_path}/slurmtower-notify.py")
+    assert f"--key-file {tmp_path}/sensor.key" in params["slurm.trigger.set"]["program"]
+    assert len(hook.requests) == 1 and json.loads(hook.requests[0]["body"])["node"] == "n1"
+
+
+def test_rules_config_cannot_override_slurmtowers_own_keys(store: EventStore, tmp_path: Path) -> None:
+    from slurmtower.api.routes.events import build_rule_engine
+    from slurmtower.settings import Settings
+
+    settings = Settings(state_dir=tmp_path)
+    settings.events.rules_dir = tmp_path
+    settings.events.rules_config = {"notify_program": "/tmp/evil"}
+    with pytest.raises(ConfigError, match="notify_program is set by slurmtower itself"):
+        build_rule_engine(settings, store, None, dispatcher=Catalogue())  # type: ignore[arg-type]

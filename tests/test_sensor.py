@@ -16,7 +16,7 @@ from slurmtower.slurm import CliSlurmClient
 from .conftest import sh, wait_for
 from .sensor_helpers import SensorProcess, assert_chain_consistent
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 
 @pytest.fixture()
@@ -138,6 +138,7 @@ def test_sigkilled_sensor_reconciles_every_node_without_duplicates(
     sensor: SensorProcess, client: CliSlurmClient
 ) -> None:
     first_uuid = sensor.current_uuid()
+    armed_before = sorted(words[0] for words in _ours(sensor))
     sh("scontrol", "update", "nodename=n1", "state=drain", "reason=before-kill")
     sh("scontrol", "update", "nodename=n2", "state=down", "reason=before-kill")
     sensor.wait_events(lambda evs: _drain_added(evs, "n1") and _went(evs, "n2", "DOWN"), 15, "both seen")
@@ -149,10 +150,12 @@ def test_sigkilled_sensor_reconciles_every_node_without_duplicates(
     time.sleep(1)
     sensor.start()
     second_uuid = sensor.current_uuid()
-    assert second_uuid != first_uuid
-    # Stale triggers of the killed sensor were replaced, not added to.
+    # The UUID is the deployment's (kept in the store): the restarted sensor finds the
+    # killed one's triggers and keeps them, neither adding a second set nor re-arming.
+    assert second_uuid == first_uuid
     mine = _ours(sensor)
     assert len(mine) == 5 and all(second_uuid in words for words in mine)
+    assert sorted(words[0] for words in mine) == armed_before
     sh("scontrol", "update", "nodename=n3", "state=resume")
     sensor.wait_events(lambda evs: _drain_removed(evs, "n3"), 15, "n3 resumed after restart")
     transitions = sensor.node_events()
@@ -196,3 +199,58 @@ def test_an_unchanged_poll_does_not_touch_the_store(settings: Settings, client: 
         assert [(e.node, "DRAIN" in e.payload["flags_added"]) for e in events] == [("n4", True)]
     finally:
         store.close()
+
+
+class _PgSensor(SensorProcess):
+    """A sensor on a PostgreSQL store (so a test can hold it inside a transaction)."""
+
+    pg_url: str = ""
+
+    @property
+    def store_url(self) -> str:
+        return self.pg_url
+
+
+def test_sensor_sigkilled_inside_its_transaction_loses_and_doubles_nothing(
+    clean_nodes: DevCluster, pg_store: str
+) -> None:
+    """The test holds the events table locked, so the sensor's next recording blocks inside its
+    transaction (node_states already locked, nothing committed); SIGKILL then. The transition
+    is recorded exactly once by the restarted sensor, and the known states agree with Slurm."""
+    from sqlalchemy import create_engine, text
+
+    sensor = _PgSensor(clean_nodes, extra_env={"SLURMTOWER_STORE_URL": pg_store})
+    sensor.pg_url = pg_store
+    blocker = create_engine(pg_store)
+    try:
+        sensor.start()
+        before = sensor.node_events("n2")
+        with blocker.connect() as conn:
+            trans = conn.begin()
+            # The mode the sensor's recording takes (readers still read): it waits for us.
+            conn.execute(text("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE"))
+            sh("scontrol", "update", "nodename=n2", "state=drain", "reason=kill-in-transaction")
+
+            def waiting() -> bool:
+                # From another connection: pg_stat_activity is read once per transaction.
+                with blocker.connect() as probe:
+                    rows = probe.execute(text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND state = 'active' AND wait_event_type = 'Lock' "
+                        "AND query LIKE 'LOCK TABLE events%'")).scalar_one()
+                return int(rows) > 0
+
+            wait_for(waiting, 20, 0.1, what="the sensor blocked inside its transaction")
+            sensor.kill9()
+            trans.rollback()
+        assert sensor.node_events("n2") == before  # nothing of the killed transaction committed
+        sensor.start()
+        sensor.wait_events(lambda evs: _drain_added([e for e in evs if e.node == "n2"], "n2"), 15, "n2 drained")
+        time.sleep(2)  # a few more polls: nothing recorded twice
+        drains = _drain_added(sensor.node_events("n2"), "n2")
+        assert len(drains) == 1 and drains[0].payload["reason"] == "kill-in-transaction"
+        assert_chain_consistent(sensor.node_events())
+        assert "DRAIN" in sensor.known_states()["n2"].flags
+    finally:
+        blocker.dispose()
+        sensor.cleanup()

@@ -31,4 +31,44 @@ def test_routes_and_rules_share_one_action_catalogue(settings: Settings, tmp_pat
     envelope = dispatcher("slurm.config.get", {"item": "cluster_name"}, {"rule": "t"})
     assert envelope["status"] == "succeeded"
     assert services.action_catalogue() is services.catalogue
-    assert [task.needs_leader for task in services.background] == [True] * len(services.background)
+    # The archiver, the execution purge and the maintenance runs are the leader's; every
+    # process tails the event log for its SSE clients.
+    assert {task.name: task.needs_leader for task in services.background} == {
+        "load-archiver": True, "execution-purge": True, "maintenance": True, "event-feed": False}
+    assert {task.name: task.role for task in services.background if task.needs_leader} == {
+        "load-archiver": "archiver", "execution-purge": "archiver", "maintenance": "archiver"}
+
+
+def test_each_role_is_led_once_and_a_process_leads_only_what_it_runs(tmp_path: Path) -> None:
+    """A ``slurmtower sensor`` process (sensor only) and ``serve`` processes with the sensor
+    off (archiver only) on one store each lead their own role; two of a kind, one runs."""
+    import asyncio
+
+    from slurmtower.api.services import BackgroundTask
+
+    ran: list[str] = []
+
+    def services_with(*roles: str) -> Services:
+        settings = Settings(state_dir=tmp_path, store_url=f"sqlite:///{tmp_path / 'store.db'}")
+        services = Services(settings=settings, client=None)  # type: ignore[arg-type]
+        for role in roles:
+            async def run(role: str = role, me: Services = services) -> float:
+                ran.append(f"{role}@{id(me)}")
+                return 60.0
+            services.background.append(BackgroundTask(name=role, run=run, role=role))
+        return services
+
+    async def main() -> None:
+        sensor_proc, serve1, serve2 = services_with("sensor"), services_with("archiver"), services_with("archiver")
+        for s in (sensor_proc, serve1, serve2):
+            await s.start_background()
+        await asyncio.sleep(0.2)
+        assert sensor_proc.leads("sensor") and serve1.leads("archiver") and not serve2.leading
+        assert sorted(r.split("@")[0] for r in ran) == ["archiver", "sensor"]
+        await serve1.stop_background()  # a clean stop hands the archiver over
+        await serve2._elect()
+        assert serve2.leads("archiver")
+        for s in (sensor_proc, serve2):
+            await s.stop_background()
+
+    asyncio.run(main())

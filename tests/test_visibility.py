@@ -1,0 +1,381 @@
+"""One visibility policy (issue 12 items 5 and 6): hidden partitions and private job fields.
+
+The hidden-partition test enumerates the application (every GET route, every read action of
+the catalogue, the dashboard pages and /metrics) rather than listing routes by hand, and
+runs each as a reader while a real job waits in the hidden partition: a route or an action
+added without the policy fails here.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import subprocess
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from slurmtower.actions import Catalogue
+from slurmtower.api import create_app
+from slurmtower.api.security import hash_token
+from slurmtower.models import Job, JobState, Node, NodeState
+from slurmtower.models.table import JobTable
+from slurmtower.settings import Settings, TokenEntry
+from slurmtower.visibility import Visibility
+from tests.auth_helpers import ADMIN, OPERATOR, READER, bearer, with_tokens
+from tests.conftest import load_settings, sh, wait_for
+from tests.test_routes_classified import FASTAPI_DOCS, _walk
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+HIDDEN = "batch"
+#: A reader whose name is the job owner's: "the reader's own jobs".
+OWNER_READER = "stw_test_owner_reader_token"
+#: GET routes that carry no cluster data, or that the test cannot read to the end.
+NOT_READ = {
+    "/ui/static/{name}": "the dashboard's own script and style",
+    "/ui/login": "the login form",
+    "/events/stream": "an endless SSE stream (its events come from the same store reads as /events)",
+}
+#: Parameters each read action is run with, chosen to reach every job and node.
+READ_ACTION_PARAMS: dict[str, dict[str, Any]] = {
+    "slurm.config.get": {},
+    "slurm.job.find": {"criterias": {"user_name": getpass.getuser()}, "include_finished": True},
+    "slurm.job.get": {"jobids": ["{visible}"]},
+    "slurm.job.step.get": {"jobids": ["{visible}"]},
+    "slurm.node.get": {"nodes": "n[1-4]"},
+}
+
+
+def _sbatch(*args: str) -> int:
+    out = sh("sbatch", "--parsable", "-o", "/tmp/stw-vis-%j.out", "-e", "/tmp/stw-vis-%j.err", "-D", "/tmp",
+             "-A", "physics", "--hold", *args)
+    return int(out.strip().split(";")[0])
+
+
+def _script(marker: str) -> str:
+    path = f"/tmp/{marker}-secret.sh"
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\necho \"$@\"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def jobs(devcluster: object) -> Iterator[dict[str, Any]]:
+    """A held job in the hidden partition and one in a visible one, both with a secret in their
+    submit line."""
+    marker = f"stwvis{uuid.uuid4().hex[:8]}"
+    script = _script(marker)
+    hidden = _sbatch("-J", f"{marker}-hidden", "-p", HIDDEN, script, f"TOKEN={marker}-secret")
+    visible = _sbatch("-J", f"{marker}-shown", "-p", "short", script, f"TOKEN={marker}-secret")
+    wait_for(lambda: str(hidden) in sh("squeue", "-h", "-o", "%i"), 20, what="the hidden job queued")
+    try:
+        yield {"hidden": hidden, "visible": visible, "marker": marker}
+    finally:
+        subprocess.run(["scancel", str(hidden), str(visible)], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def app(devcluster: object, tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    s = load_settings(devcluster.tower_conf, environ={})  # type: ignore[attr-defined]
+    s.state_dir = tmp_path_factory.mktemp("visibility")
+    s = with_tokens(s)
+    s.auth.tokens.append(TokenEntry(name=getpass.getuser(), role="reader", sha256=hash_token(OWNER_READER)))
+    s.api.hidden_partitions = [HIDDEN]
+    return create_app(s)
+
+
+@pytest.fixture(scope="module")
+def api(app: FastAPI, jobs: dict[str, Any]) -> Iterator[TestClient]:
+    with TestClient(app) as client:
+        # The queue snapshot holds both jobs before anything is read.
+        wait_for(lambda: str(jobs["visible"]) in client.get("/queue", headers=bearer(READER)).text, 30,
+                 what="the visible job in /queue")
+        yield client
+
+
+def _get_paths(app: FastAPI) -> list[str]:
+    paths = []
+    for prefix, _deps, route in _walk(app.routes):
+        if not isinstance(route, APIRoute) or "GET" not in route.methods:
+            continue
+        path = prefix + route.path
+        if path in FASTAPI_DOCS or path in NOT_READ:
+            continue
+        paths.append(re.sub(r"\{(\w+)(:\w+)?\}", "x1", path))
+    return sorted(set(paths))
+
+
+def _leaks(body: str, jobs: dict[str, Any], content_type: str = "application/json") -> list[str]:
+    """What of the hidden partition and its job ``body`` shows: the partition's name, the job's
+    id (as a job id in JSON, a job's link or row in a page, a job label in a scrape) or name."""
+    job_id = jobs["hidden"]
+    # The id as the job's own, not as any number: on a young cluster the hidden job's id (89,
+    # say) is also another record's row id (data-run="89"), a count or a duration.
+    if "json" in content_type:
+        id_pattern = rf'"(?:job_id|array_job_id|het_job_id)":{job_id}\b|"{job_id}"'
+    elif "html" in content_type:  # a page links a job, or marks its row
+        id_pattern = rf'/jobs/{job_id}\b|data-job="{job_id}"|jobid={job_id}\b'
+    else:  # a scrape would label it
+        id_pattern = rf'\bjob(?:_?id)?="{job_id}"'
+    if "html" in content_type and f"{jobs['marker']}-shown" in body:
+        # a page showing the visible job links it: the form the id check looks for
+        assert f"/jobs/{jobs['visible']}" in body, "pages show jobs otherwise now: update the check"
+    return [w for w in (rf"\b{HIDDEN}\b", id_pattern, f"{jobs['marker']}-hidden") if re.search(w, body)]
+
+
+def test_no_get_route_shows_a_hidden_partition_or_its_job(app: FastAPI, api: TestClient,
+                                                          jobs: dict[str, Any]) -> None:
+    paths = _get_paths(app)
+    for expected in ("/queue", "/nodes", "/partitions", "/usage", "/history", "/metrics", "/ui",
+                     "/ui/fragments/queue", "/ui/fragments/nodes"):
+        assert expected in paths
+    extra = ["/queue?partition=batch", f"/queue?user={getpass.getuser()}", "/nodes?partition=batch",
+             "/nodes?nodes=n1", "/history?partition=batch", f"/history?jobid={jobs['hidden']}",
+             f"/history?user={getpass.getuser()}"]
+    leaks = {}
+    seen_visible = False
+    for path in [*paths, *extra]:
+        got = api.get(path, headers=bearer(READER))
+        assert got.status_code < 500, (path, got.text[:300])
+        seen_visible = seen_visible or str(jobs["visible"]) in got.text
+        found = _leaks(got.text, jobs, got.headers.get("content-type", ""))
+        if found:
+            leaks[path] = found
+    assert leaks == {}
+    assert seen_visible  # the visible job shows: the check reads real data
+
+
+def test_no_read_action_shows_a_hidden_partition_or_its_job(api: TestClient, jobs: dict[str, Any]) -> None:
+    reads = [n for n in Catalogue.names() if not Catalogue.spec(n).mutating]
+    assert set(reads) <= set(READ_ACTION_PARAMS), "give a new read action its parameters here"
+    leaks = {}
+    for name in reads:
+        params = {k: ([jobs["visible"]] if v == ["{visible}"] else v) for k, v in READ_ACTION_PARAMS[name].items()}
+        got = api.post(f"/actions/{name}", json=params, headers=bearer(READER))
+        assert got.status_code == 200, (name, got.text[:300])
+        found = _leaks(got.text, jobs)
+        result = got.json()["result"]
+        if isinstance(result, list) and jobs["hidden"] in result:  # job ids (slurm.job.find)
+            found.append("the job id")
+        if found:
+            leaks[name] = found
+    assert leaks == {}
+    # Asked by id, a hidden job is unknown, like one that does not exist.
+    for name in ("slurm.job.get", "slurm.job.step.get"):
+        got = api.post(f"/actions/{name}", json={"jobids": [jobs["hidden"]]}, headers=bearer(READER))
+        assert got.status_code == 404, (name, got.text[:300])
+        assert jobs["marker"] not in got.text and not re.search(rf"\b{HIDDEN}\b", got.text)
+    got = api.post("/actions/slurm.job.find", json={"criterias": {"partition": HIDDEN}}, headers=bearer(READER))
+    assert got.json()["result"] == []
+
+
+def test_a_node_only_in_hidden_partitions_is_hidden_and_a_shared_one_loses_the_name() -> None:
+    policy = Visibility(hidden_partitions=frozenset({"secret"}))
+    only = Node(name="n9", state=NodeState.IDLE, partitions=["secret"])
+    both = Node(name="n1", state=NodeState.IDLE, partitions=["debug", "secret"])
+    none = Node(name="n0", state=NodeState.IDLE)
+    assert [n.name for n in policy.nodes([only, both, none])] == ["n1", "n0"]
+    assert policy.nodes([both])[0].partitions == ["debug"]
+    pending = Job(job_id=7, state=JobState.PENDING, partition="secret,debug")
+    assert policy.jobs([pending])[0].partition == "debug"
+    assert policy.jobs([Job(job_id=8, state=JobState.PENDING, partition="secret")]) == []
+
+
+# -- private job fields ------------------------------------------------------------------------
+PRIVATE = ("submit_line", "command", "work_dir", "standard_output", "standard_error")
+
+
+def _job_of(rows: list[dict[str, Any]], job_id: int) -> dict[str, Any]:
+    return next(r for r in rows if r["job_id"] == job_id)
+
+
+def _get_job(api: TestClient, token: str, job_id: int) -> dict[str, Any]:
+    got = api.post("/actions/slurm.job.get", json={"jobids": [job_id]}, headers=bearer(token))
+    assert got.status_code == 200, got.text[:300]
+    rows: list[dict[str, Any]] = got.json()["result"][str(job_id)]
+    return rows[0]
+
+
+@pytest.mark.parametrize("token", [OPERATOR, ADMIN, OWNER_READER], ids=["operator", "admin", "owner-reader"])
+def test_operators_admins_and_the_owner_see_private_job_fields(api: TestClient, jobs: dict[str, Any],
+                                                               token: str) -> None:
+    job = _get_job(api, token, jobs["visible"])
+    assert f"{jobs['marker']}-secret" in job["command"]
+    assert job["work_dir"] == "/tmp" and job["standard_output"].startswith("/tmp/stw-vis-")
+    queued = _job_of(api.get("/queue", headers=bearer(token)).json()["jobs"], jobs["visible"])
+    assert queued["work_dir"] == "/tmp"
+    paged = _job_of(api.get(f"/queue?limit=100000&user={getpass.getuser()}", headers=bearer(token)).json()["jobs"],
+                    jobs["visible"])
+    assert paged["work_dir"] == "/tmp"
+
+
+def test_a_reader_sees_other_users_jobs_without_private_fields(api: TestClient, jobs: dict[str, Any]) -> None:
+    job = _get_job(api, READER, jobs["visible"])
+    assert job["name"] == f"{jobs['marker']}-shown"  # the job itself shows
+    assert all(job.get(f) is None for f in PRIVATE), job
+    for path in ("/queue", f"/queue?user={getpass.getuser()}", "/queue?limit=5", "/ui", "/ui/fragments/queue"):
+        for _ in range(2):  # the second read is answered from the cached bytes
+            got = api.get(path, headers=bearer(READER))
+            assert got.status_code == 200
+            assert f"{jobs['marker']}-secret" not in got.text and "/tmp/stw-vis-" not in got.text, path
+            assert '"work_dir"' not in got.text, path
+    # Readers share one cached private-free view (what FastReads answers from).
+    cache = api.app.state.services.snapshots  # type: ignore[attr-defined]
+    assert cache.fresh_view("queue~private-free", ("jobs",)) is not None
+    # An operator's read in between does not change what the reader's cached view holds.
+    api.get("/queue", headers=bearer(OPERATOR))
+    assert "/tmp/stw-vis-" not in api.get("/queue", headers=bearer(READER)).text
+
+
+def test_a_reader_sees_no_private_fields_in_history(api: TestClient, sample_jobs: dict[str, int]) -> None:
+    user = getpass.getuser()
+    deadline = time.monotonic() + 60
+    while True:
+        rows = api.get("/history?limit=50", headers=bearer(OPERATOR)).json()["jobs"]
+        others = [r for r in rows if r["submit_line"] or r["work_dir"]]
+        if others or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert others, "the operator sees submit lines and work dirs"
+    for row in api.get("/history?limit=50", headers=bearer(READER)).json()["jobs"]:
+        assert row["submit_line"] is None and row["work_dir"] is None, row
+    owned = [r for r in api.get("/history?limit=50", headers=bearer(OWNER_READER)).json()["jobs"]
+             if r["user_name"] == user]
+    assert any(r["work_dir"] for r in owned)
+
+
+def test_readers_may_be_allowed_private_fields(devcluster: object, tmp_path: Any, jobs: dict[str, Any]) -> None:
+    s: Settings = with_tokens(load_settings(devcluster.tower_conf, environ={}))  # type: ignore[attr-defined]
+    s.state_dir = tmp_path
+    s.api.readers_see_private_job_fields = True
+    with TestClient(create_app(s)) as client:
+        assert _get_job(client, READER, jobs["visible"])["work_dir"] == "/tmp"
+
+
+def _debug_and_batch_hidden(devcluster: Any, tmp_path: Any) -> FastAPI:
+    """An app with debug (every node) and batch (n[1-2]) hidden, on a store of its own."""
+    s: Settings = with_tokens(load_settings(devcluster.tower_conf, environ={}))
+    s.state_dir = tmp_path
+    s.api.hidden_partitions = ["debug", HIDDEN]
+    return create_app(s)
+
+
+def test_nodes_only_in_hidden_partitions_leave_nodes_events_and_node_get(devcluster: object,
+                                                                          tmp_path: Any) -> None:
+    """debug (every node) and batch (n[1-2]) hidden: n1 and n2 are in hidden partitions only,
+    n3 and n4 show with short alone."""
+    from datetime import UTC, datetime
+
+    from slurmtower.models.event import Event
+
+    app = _debug_and_batch_hidden(devcluster, tmp_path)
+    with TestClient(app) as client:
+        store = app.state.services.event_store
+        now = datetime.now(UTC)
+        store.append([Event(type="test.visibility", time=now, source="test", node=n) for n in ("n1", "n3")])
+        nodes = client.get("/nodes", headers=bearer(READER)).json()["nodes"]
+        assert [(n["name"], n["partitions"]) for n in nodes] == [("n3", ["short"]), ("n4", ["short"])]
+        events = client.get("/events?type=test.visibility", headers=bearer(READER)).json()
+        assert [e["node"] for e in events] == ["n3"]
+        got = client.post("/actions/slurm.node.get", json={"nodes": "n[1-4]"}, headers=bearer(READER))
+        assert sorted(got.json()["result"]) == ["n3", "n4"]
+        assert client.post("/actions/slurm.node.get", json={"nodes": "n1"},
+                           headers=bearer(READER)).status_code == 404
+        assert [p["name"] for p in client.get("/partitions", headers=bearer(READER)).json()["partitions"]] \
+            == ["short"]
+
+
+def test_nodes_only_in_hidden_partitions_leave_the_event_stream(devcluster: object, tmp_path: Any) -> None:
+    """/events/stream (excluded from the enumeration above: it never ends) hides them too: of
+    n1's and n3's events, replayed from before both, a reader's stream sends n3's only."""
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from slurmtower.models.event import Event
+    from tests.auth_helpers import running_server
+
+    app = _debug_and_batch_hidden(devcluster, tmp_path)
+    with running_server(app) as url:
+        store = app.state.services.event_store
+        before = store.last_id() or 0
+        now = datetime.now(UTC)
+        store.append([Event(type="test.visibility", time=now, source="test", node=n) for n in ("n1", "n3", "n1")])
+        store.append([Event(type="test.visibility.end", time=now, source="test")])
+        nodes: list[str | None] = []
+        with httpx.stream("GET", f"{url}/events/stream", params={"since": before},
+                          headers=bearer(READER), timeout=httpx.Timeout(5.0, read=15.0)) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    ev = Event.model_validate_json(line[6:])
+                    if ev.type == "test.visibility.end":
+                        break
+                    if ev.type == "test.visibility":
+                        nodes.append(ev.node)
+        assert nodes == ["n3"]
+
+
+@pytest.mark.parametrize("text", ['echo "a,b" \\\\', 'x\\",\\"work_dir\\":\\"y', ',"work_dir":"', "用户 \x01"],
+                         ids=["quotes-backslash", "escaped-key", "raw-key-text", "unicode-control"])
+def test_the_private_free_queue_table_leaves_out_exactly_the_private_fields(text: str) -> None:
+    job = Job(job_id=1, state=JobState.PENDING, user_name="alice", name=text, command=text, work_dir=text,
+              submit_line=text, standard_output="/o", standard_error="/e", comment=text)
+    table = JobTable.from_jobs([job, job.model_copy(update={"job_id": 2, "user_name": "bob"})])
+    policy = Visibility()
+    stripped = [Job.model_validate_json(f) for f in policy.private_free_table(table).fragments]
+    assert all(j.name == text and j.comment == text for j in stripped)
+    assert all(getattr(j, f) is None for j in stripped for f in PRIVATE)
+    own = [Job.model_validate_json(f) for f in policy.private_free_table(table, "alice").fragments]
+    assert own[0] == job and own[1].command is None
+
+
+def test_a_reader_may_not_search_by_private_fields(api: TestClient, jobs: dict[str, Any]) -> None:
+    criterias = {"command": f"/tmp/{jobs['marker']}-secret.sh"}
+    got = api.post("/actions/slurm.job.find", json={"criterias": criterias}, headers=bearer(READER))
+    assert got.status_code == 403 and got.json()["param"] == "criterias.command"
+    got = api.post("/actions/slurm.job.find", json={"criterias": criterias}, headers=bearer(OPERATOR))
+    # (other sessions' suites may cancel every job of the shared cluster meanwhile)
+    assert got.status_code == 200 and set(got.json()["result"]) <= {jobs["visible"]}
+
+
+def test_an_anonymous_reader_owns_no_jobs() -> None:
+    from slurmtower.api.security import ANONYMOUS, Principal
+
+    policy = Visibility()
+    assert not policy.sees_private(ANONYMOUS, "anonymous")
+    assert policy.sees_private(Principal(name="alice", role="reader"), "alice")
+    assert not policy.sees_private(Principal(name="alice", role="reader"), "bob")
+    assert policy.sees_private(Principal(name="otto", role="operator"), "bob")
+    assert Visibility(readers_see_private=True).sees_private(Principal(name="rita", role="reader"), "bob")
+
+
+def test_rule_run_envelopes_show_jobs_as_the_action_would(devcluster: object, tmp_path: Any) -> None:
+    from datetime import UTC, datetime
+
+    from slurmtower.models.event import RuleRun
+
+    s: Settings = with_tokens(load_settings(devcluster.tower_conf, environ={}))  # type: ignore[attr-defined]
+    s.state_dir = tmp_path
+    app = create_app(s)
+    job = {"job_id": 42, "user_name": "bob", "submit_line": "sbatch --wrap 'curl -H token:s3cret'",
+           "work_dir": "/home/bob"}
+    with TestClient(app) as client:
+        now = datetime.now(UTC)
+        app.state.services.event_store.record_rule_run(RuleRun(
+            rule="vis-test", event_id=None, action_ref="slurm.job.get", started_at=now, ended_at=now,
+            outcome="succeeded", envelope={"status": "succeeded", "result": {"42": [job]}}))
+        def shown(token: str) -> dict[str, Any]:
+            runs = client.get("/events/rule-runs?rule=vis-test", headers=bearer(token)).json()
+            return runs[0]["envelope"]["result"]["42"][0]  # type: ignore[no-any-return]
+        assert shown(READER)["submit_line"] is None and shown(READER)["work_dir"] is None
+        assert shown(OPERATOR)["submit_line"] == job["submit_line"]
