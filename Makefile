@@ -42,8 +42,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk || true
 	$(BIN)/slurmtower devcluster up
+	bash scripts/services.sh
 	eval "$$($(BIN)/slurmtower devcluster env)" && $(BIN)/python bench/actions.py && \
-	  $(BIN)/python bench/events.py && $(BIN)/python bench/api.py && $(BIN)/python bench/history.py --devcluster
+	  $(BIN)/python bench/events.py && $(BIN)/python bench/api.py && $(BIN)/python bench/api.py --replicas 2 && \
+	  $(BIN)/python bench/snapshot_codec.py --redis redis://127.0.0.1:6379/0 && \
+	  $(BIN)/python bench/history.py --devcluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -22,6 +22,12 @@ httpx async generator) and prints requests/s, p50, p99 and the slurmctld RPCs ma
 target was under load (``sdiag`` RPC counters before and after; sdiag's own RPC excluded; the
 slurmtower server keeps running during the slurmrestd rows, so its sensor's polls count there
 as they would at a site running both), with the ratios against slurmrestd and token / no token.
+With ``--replicas N`` it measures a deployment instead of slurmrestd: N ``serve`` processes
+(users' configuration each) on one Redis (``--redis``, the shared snapshot) and one store
+(``--store-url``, default one SQLite file: one leader runs the sensor and the archiver), the same
+load on all of them at once (clients split between them), in three phases: one process, N
+sharing the snapshot, N refreshing alone. It prints each process's throughput and the
+controller RPC ratio (sdiag, during the load) of N against one.
 The held jobs are submitted first and cancelled at the end. Every request sends
 ``Accept-Encoding: gzip`` (slurmrestd ignores it; slurmtower serves its pre-compressed bytes).
 The load generator shares the machine's cores with the servers.
@@ -40,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -102,9 +109,10 @@ def _ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def run_wrk(url: str, headers: dict[str, str], clients: int, duration: float) -> tuple[int, float, float,
-                                                                                    float, int]:
-    argv = ["wrk", "-t2", f"-c{clients}", f"-d{max(1, round(duration))}s", "--timeout", "60s", "--latency", url]
+def run_wrk(url: str, headers: dict[str, str], clients: int, duration: float, threads: int = 2) -> tuple[
+        int, float, float, float, int]:
+    argv = ["wrk", f"-t{threads}", f"-c{clients}", f"-d{max(1, round(duration))}s", "--timeout", "60s",
+            "--latency", url]
     for k, v in headers.items():
         argv += ["-H", f"{k}: {v}"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
@@ -121,8 +129,8 @@ def run_wrk(url: str, headers: dict[str, str], clients: int, duration: float) ->
     return reqs, secs, lat.get("50", float("nan")), lat.get("99", float("nan")), errors
 
 
-def run_httpx(url: str, headers: dict[str, str], clients: int, duration: float) -> tuple[int, float, float,
-                                                                                      float, int]:
+def run_httpx(url: str, headers: dict[str, str], clients: int, duration: float, threads: int = 2) -> tuple[
+        int, float, float, float, int]:
     latencies: list[float] = []
     errors = 0
 
@@ -161,6 +169,22 @@ def measure(url: str, headers: dict[str, str], clients: int, duration: float, us
     return Result(reqs, secs, p50, p99, errors, sum(delta.values()), delta)
 
 
+def measure_many(targets: list[tuple[str, dict[str, str]]], clients: int, duration: float,
+                 use_wrk: bool) -> tuple[list[Result], dict[str, int]]:
+    """The same load on every target at once (``clients`` split between them), and the
+    slurmctld RPCs of the whole window."""
+    before = rpc_counts()
+    runner = run_wrk if use_wrk else run_httpx
+    each = max(1, clients // len(targets))
+    threads = max(1, 2 // len(targets))
+    with ThreadPoolExecutor(len(targets)) as pool:
+        futures = [pool.submit(runner, url, headers, each, duration, threads) for url, headers in targets]
+        outs = [f.result() for f in futures]
+    time.sleep(0.5)
+    delta = rpc_delta(before, rpc_counts())
+    return [Result(reqs, secs, p50, p99, errors, 0, {}) for reqs, secs, p50, p99, errors in outs], delta
+
+
 def submit_held(n: int) -> list[int]:
     def one(i: int) -> int:
         out = subprocess.run(["sbatch", "--parsable", "--hold", "-J", f"bench-held-{i}", "-o", "/dev/null",
@@ -180,11 +204,12 @@ def cancel(ids: list[int]) -> None:
 class Tower:
     """One ``slurmtower serve`` process of the benchmark, with a state directory of its own."""
 
-    def __init__(self, settings: Settings, *, users_config: bool) -> None:
+    def __init__(self, settings: Settings, *, users_config: bool, env_extra: dict[str, str] | None = None,
+                 reader_token: str | None = None) -> None:
         self.users_config = users_config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.reader_token = new_token()
+        self.reader_token = reader_token or new_token()
         # SlurmUser must reach the sensor's notify program: a world-traversable directory
         # next to the configured one (not /tmp, which may be private to this user).
         self.state_dir = settings.state_dir / f"bench-api-{os.getpid()}-{self.port}"
@@ -199,6 +224,7 @@ class Tower:
             "SLURMTOWER_AUTH__TOKENS": json.dumps([{"name": "bench-reader", "role": "reader",
                                                     "sha256": hash_token(self.reader_token)}]
                                                   if users_config else []),
+            **(env_extra or {}),
         })
         exe = str(Path(sys.executable).with_name("slurmtower"))
         self.log = (self.state_dir / "serve.log").open("wb")
@@ -274,6 +300,118 @@ def _cell(res: Result) -> str:
             f"({res.rpcs_per_request:.4f}/req)")
 
 
+def snapshot_mode(tower: Tower) -> str:
+    mode: str = httpx.get(f"{tower.url}/ready", timeout=30).json().get("snapshot", "?")
+    return mode
+
+
+def run_replicas(args: argparse.Namespace, settings: Settings, out: Report, use_wrk: bool,
+                 check_queue: Callable[[str], None]) -> None:
+    """``--replicas N``: one deployment of N serve processes on one Redis and one store.
+
+    Three phases, each with the same load on /queue then /nodes (a reader token): one process
+    (the refresher), then N sharing the snapshot (the first one plus N - 1 followers), then N
+    processes refreshing alone (no Redis): the controller RPC ratios against one process and
+    each process's throughput.
+    """
+    n = args.replicas
+    base = settings.state_dir / f"bench-replicas-{os.getpid()}"
+    base.mkdir(parents=True)
+    os.chmod(base, 0o755)
+    store = args.store_url or f"sqlite:///{base / 'store.db'}"
+    token = new_token()
+    prefix = f"slurmtower-bench:{os.getpid()}"
+    towers: list[Tower] = []
+
+    def start(count: int, shared: bool) -> None:
+        env = {"SLURMTOWER_STORE_URL": store}
+        if shared:
+            env.update(SLURMTOWER_API__SHARED_CACHE_URL=args.redis, SLURMTOWER_API__SHARED_CACHE_PREFIX=prefix)
+        for _ in range(count):
+            if towers:  # Slurm calls the deployment back at one address, as it would call its proxy
+                env["SLURMTOWER_EVENTS__CALLBACK_PORT"] = str(towers[0].port)
+            towers.append(Tower(settings, users_config=True, env_extra=dict(env), reader_token=token))
+
+    def settle(shared: bool) -> list[str]:
+        end = time.monotonic() + 30
+        while True:
+            modes = [snapshot_mode(t) for t in towers]
+            want_ok = (modes.count("shared (refresher)") == 1 and modes.count("shared (follower)") == len(towers) - 1
+                       if shared else all(m.startswith("own refresh") for m in modes))
+            if want_ok or time.monotonic() > end:
+                return modes
+            time.sleep(0.5)
+
+    phases: list[tuple[str, dict[str, list[Result]], dict[str, dict[str, int]]]] = []
+
+    def phase(label: str) -> None:
+        results: dict[str, list[Result]] = {}
+        rpcs: dict[str, dict[str, int]] = {}
+        for route, _rest, _target in ROUTES:
+            targets = [(f"{t.url}{route}", t.headers) for t in towers]
+            measure_many(targets, args.clients, min(args.duration, 3.0), use_wrk)  # warm-up
+            results[route], rpcs[route] = measure_many(targets, args.clients, args.duration, use_wrk)
+            each = results[route]
+            out(f"  {route} {label}: " + ", ".join(f"{r.rps:,.0f} req/s p99 {r.p99_ms:.1f} ms" for r in each)
+                + f"; errors {sum(r.errors for r in each)}; RPCs {sum(rpcs[route].values())} {rpcs[route]}")
+            check_queue(f"{route} {label}")
+        phases.append((label, results, rpcs))
+
+    try:
+        out(f"deployment: store {store.split('://')[0]}, Redis {args.redis} (prefix {prefix}), users' "
+            "configuration (reader token, sensor, archiver) in every process")
+        start(1, shared=True)
+        out(f"1 process: {settle(True)}")
+        phase("1 process")
+        start(n - 1, shared=True)
+        modes = settle(True)
+        out(f"{n} processes, shared snapshot: {modes}")
+        phase(f"{n} shared")
+        out(f"  {towers[0].background()}")
+        for tower in towers:
+            tower.stop()
+        towers.clear()
+        start(n, shared=False)
+        out(f"{n} processes, each refreshing alone: {settle(False)}")
+        phase(f"{n} alone")
+    finally:
+        for tower in towers:
+            tower.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        try:
+            import redis
+
+            client = redis.Redis.from_url(args.redis, socket_timeout=5)
+            for key in client.scan_iter(f"{prefix}:*"):
+                client.delete(key)
+            client.close()
+        except Exception as exc:  # noqa: BLE001 - the report matters more than the cleanup
+            out(f"  (could not clear {prefix}:* on Redis: {exc})")
+
+    out()
+    out("| route | processes | snapshot | req/s per process | req/s in all | p99 ms (worst) | errors "
+        "| slurmctld RPCs | of which REQUEST_JOB_INFO | RPC ratio vs 1 process |")
+    out("|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    one_label, _, one_rpcs = phases[0]
+    totals: dict[str, int] = {}
+    for label, results, rpcs in phases:
+        count, _, how = label.partition(" ")
+        for route, res in results.items():
+            total = sum(rpcs[route].values())
+            totals[label] = totals.get(label, 0) + total
+            base_rpcs = sum(one_rpcs[route].values())
+            out(f"| {route} | {count} | {'shared' if how == 'shared' else 'own' if how == 'alone' else 'refresher'} | "
+                f"{' / '.join(f'{r.rps:,.0f}' for r in res)} | {sum(r.rps for r in res):,.0f} | "
+                f"{max(r.p99_ms for r in res):.1f} | {sum(r.errors for r in res)} | {total} | "
+                f"{rpcs[route].get('REQUEST_JOB_INFO', 0)} | {total / base_rpcs if base_rpcs else float('nan'):.2f} |")
+    out()
+    for label, _results, _rpcs in phases[1:]:
+        ratio = totals[label] / totals[one_label] if totals[one_label] else float("nan")
+        out(f"- controller RPC ratio, {label} / 1 process: {ratio:.2f} ({totals[label]} / {totals[one_label]} "
+            f"RPCs over both routes, {args.duration:g} s each; the leader's sensor polls in every phase)")
+    out(f"- target (issue 11): {n} processes sharing the snapshot <= 1.1x the RPCs of one")
+
+
 #: (route, slurmrestd path, throughput target vs slurmrestd) -- issue 10's targets.
 ROUTES = (("/queue", "/slurm/v0.0.38/jobs", 3000.0), ("/nodes", "/slurm/v0.0.38/nodes", 15.0))
 P99_TARGET_MS = 20.0
@@ -290,6 +428,11 @@ def main() -> None:
                     help="with a token and without take turns in this many rounds (duration split)")
     ap.add_argument("--no-stripped", action="store_true", help="skip the stripped-configuration rows")
     ap.add_argument("--output", type=Path, help="also write the report to this Markdown file")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="N > 1: one deployment of N serve processes on one Redis and one store instead of "
+                         "the slurmrestd comparison (the controller RPC ratio against one process)")
+    ap.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="with --replicas: the shared snapshot's Redis")
+    ap.add_argument("--store-url", help="with --replicas: the deployment's store (default: one SQLite file)")
     args = ap.parse_args()
     use_wrk = args.loadgen == "wrk" or (args.loadgen == "auto" and shutil.which("wrk") is not None)
 
@@ -359,6 +502,9 @@ def main() -> None:
         check_queue(f"{route} {', '.join(variants)}")
 
     try:
+        if args.replicas > 1:
+            run_replicas(args, settings, out, use_wrk, check_queue)
+            return
         tower = Tower(settings, users_config=True)
         try:
             out(f"slurmtower serve (users' configuration) on {tower.url}, state in {tower.state_dir}")
@@ -390,6 +536,8 @@ def main() -> None:
     finally:
         out(f"cancelling {len(held)} held jobs ...")
         cancel(held)
+        if args.replicas > 1:
+            finish(out, args.output, changed)
 
     out(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     out()
@@ -418,13 +566,17 @@ def main() -> None:
         verdict = ", ".join(f"{k} {'ok' if v else 'MISS'}" for k, v in ok.items())
         out(f"- {route}: token x{thr:,.1f} slurmrestd; token/no token throughput {token_ratio:.3f}, p99 "
             f"{tok.p99_ms:.1f} vs {anon.p99_ms:.1f} ms; RPCs {tok.rpcs} vs slurmrestd {rest.rpcs} [{verdict}]")
+    finish(out, args.output, changed)
+
+
+def finish(out: Report, output: Path | None, changed: list[str]) -> None:
     if changed:
         out(f"- WARNING: the queue changed during the run (first seen after '{changed[0]}'): run again on a "
             "cluster nobody else is using")
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text("\n".join(out.lines) + "\n")
-        print(f"report written to {args.output}")
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("\n".join(out.lines) + "\n")
+        print(f"report written to {output}")
 
 
 if __name__ == "__main__":

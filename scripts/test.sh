@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 t0=$(date +%s)
 $BIN/slurmtower devcluster up
+# PostgreSQL and Redis for the several-process tests (started, or installed, when missing).
+bash scripts/services.sh
 eval "$($BIN/slurmtower devcluster env)"
 # Browser tests need Debian's Chromium (Playwright drives it; it never downloads a browser).
 if ! command -v chromium >/dev/null; then
@@ -23,4 +25,16 @@ fi
 $BIN/ruff check src tests bench
 $BIN/mypy
 $BIN/pytest "$@"
+# The release suites (-m release: actions, sensor, REST API, /history against sacct, the
+# slurmrestd backend) again on every other Slurm install found: /opt/slurm-* and
+# $SLURMTOWER_TEST_SLURM_PREFIXES, each on its own devcluster, stopped afterwards.
+if [ $# -eq 0 ]; then
+  while IFS=$'\t' read -r prefix version dir _name _port; do
+    echo "== the release suites on Slurm $version ($prefix)"
+    status=0
+    SLURMTOWER_TEST_SLURM_PREFIX="$prefix" $BIN/pytest -m release -p no:cacheprovider || status=$?
+    $BIN/slurmtower devcluster down --dir "$dir" || true
+    [ $status -eq 0 ] || exit $status
+  done < <($BIN/slurmtower devcluster installs)
+fi
 echo "make test took $(( $(date +%s) - t0 )) s"
