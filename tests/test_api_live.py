@@ -362,7 +362,7 @@ def test_openapi_documents_the_live_filters(settings: Settings) -> None:
     with api_for(settings) as http:
         doc = http.get("/openapi.json").json()
     for path, names in (("/queue", {"user", "account", "partition", "state", "name", "nodes", "limit", "cursor"}),
-                        ("/nodes", {"state", "partition", "nodes", "limit", "cursor"})):
+                        ("/nodes", {"state", "partition", "nodes", "limit", "cursor", "holds"})):
         params = {p["name"] for p in doc["paths"][path]["get"]["parameters"] if p["in"] == "query"}
         assert params == names, path
         assert "400" in doc["paths"][path]["get"]["responses"]

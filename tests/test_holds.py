@@ -245,6 +245,22 @@ def test_holds_over_http_and_get_nodes_holds(settings: Settings, client: CliSlur
     # /nodes stays the cached bytes: its node carries the reason that names both holders
     nodes = http.get("/nodes", headers=bearer(READER)).json()["nodes"]
     assert next(n for n in nodes if n["name"] == "n2")["reason"] == n2["reason"]
+    assert all("holds" not in n for n in nodes)
+    # ?holds=true joins them into the rows (and pages like any /nodes query)
+    joined = http.get("/nodes?holds=true&nodes=n[2-3]", headers=bearer(READER))
+    assert joined.status_code == 200 and "X-Data-Age" in joined.headers
+    page = joined.json()
+    assert (page["count"], page["returned"], page["next_cursor"]) == (2, 2, None)
+    assert [(n["name"], [h["holder"] for h in n["holds"]]) for n in page["nodes"]] == [
+        ("n2", ["slurmtower:otto@api", "slurmtower:ada@api"]), ("n3", [])]
+    assert page["nodes"][0]["holds"] == n2["holds"] and page["nodes"][0]["reason"] == n2["reason"]
+    one = http.get("/nodes?holds=1&limit=1", headers=bearer(READER)).json()
+    assert one["returned"] == 1 and one["next_cursor"] and "holds" in one["nodes"][0]
+    everything = http.get("/nodes?holds=true", headers=bearer(READER)).json()
+    assert [n["name"] for n in everything["nodes"]] == [n["name"] for n in nodes]
+    assert [n["name"] for n in everything["nodes"] if n["holds"]] == ["n2"]
+    bad = http.get("/nodes?holds=maybe", headers=bearer(READER))
+    assert bad.status_code == 400 and bad.json()["param"] == "holds", bad.text
     gone = http.post("/actions/slurm.node.resume", json={"nodes": "n2"}, headers=bearer(OPERATOR)).json()
     assert gone["status"] == "succeeded" and gone["result"]["stays_out"] == "n2"
     got = http.post("/actions/slurm.node.get", json={"nodes": "n2"}, headers=bearer(READER)).json()["result"]["n2"]

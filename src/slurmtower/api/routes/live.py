@@ -486,14 +486,20 @@ def _decode_cursor(params: dict[str, str], kind: str) -> Any:
 def _page(table: JobTable | NodeTable, rows: Sequence[int], params: dict[str, str], kind: str,
           item: str) -> bytes:
     """``{"count": <matching>, "<item>": [...], "next_cursor": ...}`` for one page of ``rows``."""
+    chosen, cursor = _page_rows(table, rows, params, kind)
+    return (b'{"count":%d,"returned":%d,"next_cursor":%s,"%s":%s}'
+            % (len(rows), len(chosen), json.dumps(cursor).encode(), item.encode(), table.json_array(chosen)))
+
+
+def _page_rows(table: JobTable | NodeTable, rows: Sequence[int], params: dict[str, str],
+               kind: str) -> tuple[Sequence[int], str | None]:
+    """The rows of one page of ``rows`` (``limit``, ``cursor``) and the next page's cursor."""
     after = _decode_cursor(params, kind)
     limit = _limit(params)
     start = table.after(rows, after)
     chosen = rows[start:] if limit is None else rows[start:start + limit]
     more = limit is not None and start + limit < len(rows)
-    cursor = _encode_cursor(kind, table.keys[chosen[-1]]) if more and chosen else None
-    return (b'{"count":%d,"returned":%d,"next_cursor":%s,"%s":%s}'
-            % (len(rows), len(chosen), json.dumps(cursor).encode(), item.encode(), table.json_array(chosen)))
+    return chosen, (_encode_cursor(kind, table.keys[chosen[-1]]) if more and chosen else None)
 
 
 async def _respond_query(request: Request, cache: SnapshotCache, params: dict[str, str], snap: Snapshot,
@@ -502,7 +508,7 @@ async def _respond_query(request: Request, cache: SnapshotCache, params: dict[st
 
 
 _QUEUE_PARAMS = ("user", "account", "partition", "state", "name", "nodes", "limit", "cursor")
-_NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor")
+_NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor", "holds")
 
 
 @router.get("/queue", response_model=None,
@@ -560,14 +566,21 @@ async def nodes(request: Request, services: ServicesDep,
                                                    "`not_responding` ...), comma-separated: any matches.",
                                                    max_length=400)] = None,
                 partition: QueueParam = None, nodes: NodesParam = None, limit: LimitParam = None,
-                cursor: CursorParam = None) -> Response:
+                cursor: CursorParam = None,
+                holds: Annotated[bool | None, Query(description="`true`: each node also carries its drain "
+                                                    "holds (`holds`, as `/nodes/holds` gives them; `[]` for a "
+                                                    "node in service), joined per request from the store.")]
+                = None) -> Response:
     """Every node with its state, flags, CPUs and memory, in natural name order.
 
     With filters (state, partition, nodes) and/or ``limit``: one page of the matching nodes
-    from the same snapshot, with ``count``, ``returned`` and ``next_cursor``."""
+    from the same snapshot, with ``count``, ``returned`` and ``next_cursor``. With
+    ``holds=true`` each node also carries who holds it out of service."""
     params = strict_query(request, _NODE_PARAMS)
+    with_holds = bool(holds)  # FastAPI parsed it (a bad value is a 400 naming it)
+    params.pop("holds", None)
     cache = _cache(services)
-    if not params:
+    if not params and not with_holds:
         snap = await cache.get("nodes")
         return respond(request, await cache.render("nodes", [snap], _nodes))
     states = _mapped(params, "state", _NODE_STATE_WORDS)
@@ -577,14 +590,42 @@ async def nodes(request: Request, services: ServicesDep,
     snap = await cache.get("nodes")
     table: NodeTable = snap.value
 
-    def build() -> bytes:
+    def matching() -> Sequence[int]:
         rows = table.select(state=states, partition=set(parts) if parts is not None else None)
         if node_set is not None:
             wanted = set(table.rows_of(node_set))
             rows = [r for r in rows if r in wanted]
-        return _page(table, rows, params, "n", "nodes")
+        return rows
 
-    return await _respond_query(request, cache, params, snap, build)
+    if with_holds:
+        store = HoldStore(services.action_catalogue().store.engine)
+        body = await asyncio.to_thread(_nodes_with_holds, store, table, matching(), params, snap.fetched_at)
+        return _live_json(cache, snap, body)
+    return await _respond_query(request, cache, params, snap, lambda: _page(table, matching(), params, "n", "nodes"))
+
+
+def _nodes_with_holds(store: HoldStore, table: NodeTable, rows: Sequence[int], params: dict[str, str],
+                      read_at: datetime) -> dict[str, Any]:
+    chosen, cursor = _page_rows(table, rows, params, "n")
+    nodes = [Node.model_validate_json(table.fragments[r]) for r in chosen]
+    holds = node_holds(store, nodes, read_at=read_at)
+    shown = []
+    for r, node in zip(chosen, nodes, strict=True):
+        item = json.loads(table.fragments[r])
+        item["holds"] = [h.as_dict() for h in holds[node.name]]
+        shown.append(item)
+    return {"count": len(rows), "returned": len(chosen), "next_cursor": cursor, "nodes": shown}
+
+
+def _live_json(cache: SnapshotCache, snap: Snapshot, body: dict[str, Any]) -> JSONResponse:
+    """A body joined per request (not cached bytes) with the snapshot's age and staleness."""
+    age = max(0.0, cache.clock() - snap.fetched_mono)
+    headers = {"X-Data-Age": f"{age:.3f}", "Cache-Control": "no-cache"}
+    meta: dict[str, Any] = {"fetched_at": snap.fetched_at.isoformat(), "stale": snap.stale}
+    if snap.stale:
+        headers["X-Data-Stale"] = "true"
+        meta["stale_reason"] = snap.error
+    return JSONResponse({**meta, **body}, headers=headers)
 
 
 #: Node states and flags that take a node out of service (a hold's).
@@ -618,13 +659,7 @@ async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam
     snap = await cache.get("nodes")
     store = HoldStore(services.action_catalogue().store.engine)
     body = await asyncio.to_thread(_holds_body, store, snap.value, node_set, snap.fetched_at)
-    age = max(0.0, cache.clock() - snap.fetched_mono)
-    headers = {"X-Data-Age": f"{age:.3f}", "Cache-Control": "no-cache"}
-    meta: dict[str, Any] = {"fetched_at": snap.fetched_at.isoformat(), "stale": snap.stale}
-    if snap.stale:
-        headers["X-Data-Stale"] = "true"
-        meta["stale_reason"] = snap.error
-    return JSONResponse({**meta, **body}, headers=headers)
+    return _live_json(cache, snap, body)
 
 
 @router.get("/partitions", dependencies=[_READ], response_model=None,
