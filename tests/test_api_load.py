@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -21,12 +19,13 @@ from slurmtower.api.routes.load import LoadArchive, LoadSample
 from slurmtower.devcluster import DevCluster
 from slurmtower.settings import Settings
 
-from .api_server import free_port, running
+from .api_server import running
 from .conftest import wait_for
+from .sensor_helpers import SLURMTOWER
+from .serve_helpers import ServeProcess, serve_env
 
 pytestmark = pytest.mark.cluster
 
-SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
 
 
 def archiving(settings: Settings, wait: float) -> Settings:
@@ -128,30 +127,13 @@ def test_load_time_and_offset_select_the_window(settings: Settings) -> None:
         assert ages("/load?time=1000") == [30, 150, 200, 400]
 
 
-def _env(devcluster: DevCluster, state_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTOWER_")}
-    env.update({"SLURMTOWER_CONFIG": str(devcluster.tower_conf), "SLURMTOWER_STATE_DIR": str(state_dir),
-                "SLURM_CONF": str(devcluster.slurm_conf), **extra})
-    return env
-
-
 def test_serve_with_two_workers_runs_one_archiver(devcluster: DevCluster, tmp_path: Path) -> None:
-    port = free_port()
-    env = _env(devcluster, tmp_path, SLURMTOWER_AUTH__ANONYMOUS_READ="true",
-               SLURMTOWER_ARCHIVER__ARCHIVE_WAIT_TIME="0.5", SLURMTOWER_EVENTS__SENSOR_ENABLED="false")
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([SLURMTOWER, "serve", "--port", str(port), "--workers", "2"], env=env,
-                            stdout=log, stderr=log, start_new_session=True)
+    env = serve_env(devcluster, tmp_path, SLURMTOWER_AUTH__ANONYMOUS_READ="true",
+                    SLURMTOWER_ARCHIVER__ARCHIVE_WAIT_TIME="0.5", SLURMTOWER_EVENTS__SENSOR_ENABLED="false")
+    server = ServeProcess(env, tmp_path / "serve.log", ("--workers", "2"))
     try:
-        base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(f"{base}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, 30, 0.2, what="slurmtower serve")
+        server.start(timeout=30)
+        base = server.url
         time.sleep(3)
         assert httpx.get(f"{base}/ready", timeout=20).json()["ready"] is True
         assert "/queue" in httpx.get(f"{base}/openapi.json").json()["paths"]
@@ -161,13 +143,7 @@ def test_serve_with_two_workers_runs_one_archiver(devcluster: DevCluster, tmp_pa
         assert len(samples) >= 3
         assert len({s["archiver"] for s in samples}) == 1
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+        server.stop()
 
 
 def test_config_show_masks_secrets(devcluster: DevCluster, tmp_path: Path) -> None:
@@ -175,7 +151,7 @@ def test_config_show_masks_secrets(devcluster: DevCluster, tmp_path: Path) -> No
                                                        devcluster.tower_conf.read_text() else "://")[1]
     password = password.split("@")[0].split(":")[-1]
     assert len(password) >= 8
-    env = _env(devcluster, tmp_path, SLURMTOWER_AUTH__JWT_KEY="very-secret-jwt-key",
+    env = serve_env(devcluster, tmp_path, SLURMTOWER_AUTH__JWT_KEY="very-secret-jwt-key",
                SLURMTOWER_API__HIDDEN_PARTITIONS='["short"]')
     out = subprocess.run([SLURMTOWER, "config", "show"], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
@@ -192,7 +168,7 @@ def test_config_show_masks_secrets(devcluster: DevCluster, tmp_path: Path) -> No
 def test_unknown_config_key_is_an_error_naming_it(devcluster: DevCluster, tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[api]\nrefresh_intervall = 3\n')
-    env = _env(devcluster, tmp_path)
+    env = serve_env(devcluster, tmp_path)
     out = subprocess.run([SLURMTOWER, "config", "show", "-c", str(bad)], env=env, capture_output=True,
                          text=True, timeout=30)
     assert out.returncode != 0

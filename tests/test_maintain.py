@@ -256,35 +256,20 @@ def test_a_run_goes_on_after_the_service_is_killed(settings: Settings, devcluste
     """``slurmtower serve`` starts a run on a node with a running job and is killed (SIGKILL)
     while the run waits; the job ends while no service runs; a new ``serve`` on the same store
     finds the run in its events and finishes it: resumed, out of its reservation."""
-    import os
-    import signal
-
     from slurmtower.api.security import hash_token
-    from tests.sensor_helpers import SLURMTOWER, free_port
+    from tests.serve_helpers import ServeProcess, serve_env
 
-    env = devcluster.command_env({k: v for k, v in os.environ.items() if not k.startswith("SLURMTOWER_")})
-    env.update(SLURMTOWER_CONFIG=str(devcluster.tower_conf), SLURMTOWER_STATE_DIR=str(settings.state_dir),
-               SLURMTOWER_EVENTS__SENSOR_ENABLED="false", SLURMTOWER_ACTIONS__MAINTENANCE_INTERVAL="0.5",
-               SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
-               SLURMTOWER_AUTH__TOKENS=json.dumps([{"name": "otto", "role": "operator",
-                                                    "sha256": hash_token(OPERATOR)}]))
+    env = serve_env(devcluster, settings.state_dir,
+                    SLURMTOWER_EVENTS__SENSOR_ENABLED="false", SLURMTOWER_ACTIONS__MAINTENANCE_INTERVAL="0.5",
+                    SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
+                    SLURMTOWER_AUTH__TOKENS=json.dumps([{"name": "otto", "role": "operator",
+                                                         "sha256": hash_token(OPERATOR)}]))
     log = settings.state_dir / "serve.log"
 
-    def serve() -> tuple[subprocess.Popen[bytes], str]:
-        port = free_port()
-        with log.open("ab") as out:
-            proc = subprocess.Popen([SLURMTOWER, "serve", "--port", str(port), "--no-access-log"], env=env,
-                                    stdout=out, stderr=out, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                return httpx.get(f"{url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-        wait_for(up, 40, 0.2, what="slurmtower serve")
-        return proc, url
+    def serve() -> ServeProcess:
+        server = ServeProcess(env, log, ("--no-access-log",))
+        server.start()
+        return server
 
     def free() -> str | None:  # a node no other test's job runs on (sample jobs run for a minute)
         states = node_states()
@@ -296,18 +281,18 @@ def test_a_run_goes_on_after_the_service_is_killed(settings: Settings, devcluste
     first, second = None, None
     try:
         wait_for(lambda: sh("squeue", "-h", "-j", str(job), "-o", "%T").strip() == "RUNNING", 30, what="the job")
-        first, url = serve()
-        started = httpx.post(f"{url}/actions/slurm.node.maintain", json={"nodes": node, "reason": "kill test"},
+        first = serve()
+        started = httpx.post(f"{first.url}/actions/slurm.node.maintain", json={"nodes": node, "reason": "kill test"},
                              headers=bearer(OPERATOR), timeout=60)
         assert started.status_code == 200, started.text
         run_id = started.json()["result"]["runs"][node]["run"]
         assert started.json()["result"]["runs"][node]["step"] == "reserved"
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(10)
+        first.kill()
         assert steps(settings, run_id) == ["started", "drained", "reserved"]
         wait_for(lambda: sh("squeue", "-h", "-j", str(job), "-o", "%T").strip() == "", 60, what="the job to end")
         assert "DRAIN" in node_states()[node] and reservation(f"maint_{node}")  # nobody moved it on meanwhile
-        second, url = serve()
+        second = serve()
+        url = second.url
         try:
             wait_for(lambda: "finished" in steps(settings, run_id), 30, what="the new service to finish the run")
         except AssertionError as exc:
@@ -316,10 +301,9 @@ def test_a_run_goes_on_after_the_service_is_killed(settings: Settings, devcluste
                                  f"{httpx.get(f'{url}/ready', timeout=10).text}, log {log.read_text()[-2000:]}") from None
     finally:
         subprocess.run(["scancel", str(job)], check=False, capture_output=True)
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(30)
+        for server in (first, second):
+            if server is not None:
+                server.stop()
     assert steps(settings, run_id) == ["started", "drained", "reserved", "idle", "resumed", "finished"]
     assert "DRAIN" not in node_states()[node] and reservation(f"maint_{node}") == ""
     assert sh("sacct", "-n", "-X", "-P", "-j", str(job), "-o", "State").strip() == "COMPLETED"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -30,7 +29,8 @@ from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED, SENS
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.store.deployment import deployment_value
 from tests.conftest import sh, wait_for
-from tests.sensor_helpers import SLURMTOWER, free_port
+from tests.sensor_helpers import free_port
+from tests.serve_helpers import ServeProcess, serve_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -47,12 +47,13 @@ def _ppid(pid: int) -> int | None:
 
 @dataclass
 class Replica:
+    """``slurmtower serve --workers 2`` of the deployment, on the shared store."""
+
     name: str
     cluster: DevCluster
     store_url: str
     callback_port: int | None = None
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    server: ServeProcess = field(init=False)
     state_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -60,56 +61,33 @@ class Replica:
         self.state_dir = self.cluster.root / "slurmtower" / f"replica-{self.name}-{uuid.uuid4().hex[:6]}"
         self.state_dir.mkdir(parents=True)
         os.chmod(self.state_dir, 0o755)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTOWER_")}
-        env.update(
-            SLURM_CONF=str(self.cluster.slurm_conf),
-            SLURMTOWER_CONFIG=str(self.cluster.tower_conf),
-            SLURMTOWER_STATE_DIR=str(self.state_dir),
+        port = free_port()
+        env = serve_env(
+            self.cluster, self.state_dir,
             SLURMTOWER_STORE_URL=self.store_url,
-            SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.callback_port or self.port),
+            SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.callback_port or port),
             SLURMTOWER_EVENTS__POLL_INTERVAL="0.5",
             SLURMTOWER_AUTH__TOKENS=json.dumps([{"name": "rita", "role": "reader", "sha256": hash_token(TOKEN)}]),
         )
-        log = (self.state_dir / "serve.log").open("ab")
-        self.proc = subprocess.Popen([SLURMTOWER, "serve", "--port", str(self.port), "--workers", "2",
-                                      "--no-access-log"], env=env, stdout=log, stderr=log, start_new_session=True)
-        log.close()
+        self.server = ServeProcess(env, self.state_dir / "serve.log", ("--workers", "2", "--no-access-log"), port)
 
-        def up() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"replica {self.name} exited: {self.log()}")
-            try:
-                return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
+    @property
+    def port(self) -> int:
+        return self.server.port
 
-        wait_for(up, 40, 0.2, what=f"replica {self.name}")
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> None:
+        self.server.start(what=f"replica {self.name}")
 
     def workers(self) -> set[int]:
-        assert self.proc is not None
-        return {int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == self.proc.pid}
-
-    def log(self) -> str:
-        try:
-            return (self.state_dir / "serve.log").read_text()[-4000:]
-        except OSError:
-            return ""
+        pid = self.server.pid
+        return {int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid}
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        self.server.stop()
 
 
 class Oracle(threading.Thread):

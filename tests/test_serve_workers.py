@@ -13,9 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -26,10 +24,10 @@ from slurmtower.settings import load_settings
 
 from .api_server import free_port
 from .conftest import wait_for
+from .serve_helpers import ServeProcess, serve_env
 
 pytestmark = pytest.mark.cluster
 
-SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
 WORKERS = 2
 LOGIN_FAILURES = 4
 
@@ -57,12 +55,12 @@ def process_of(got: Samples) -> str:
 class Served:
     """A running ``slurmtower serve --workers 2`` and the count of every response the tests got."""
 
-    def __init__(self, port: int, state_dir: Path, proc: subprocess.Popen[bytes], reader_token: str) -> None:
-        self.port = port
+    def __init__(self, process: ServeProcess, reader_token: str) -> None:
+        self.process = process
+        self.port = process.port
         self.reader_token = reader_token
-        self.state_dir = state_dir
-        self.proc = proc
-        self.base = f"http://127.0.0.1:{port}"
+        self.state_dir = process.log_path.parent
+        self.base = process.url
         self.responses = 0
 
     def _count(self, _response: httpx.Response) -> None:
@@ -101,36 +99,22 @@ def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     state_dir = tmp_path_factory.mktemp("serve-workers")
     port = free_port()
     assert load_settings(devcluster.tower_conf, environ={}).api.port != port  # the option must win
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_"))}
-    env.update({"SLURMTOWER_CONFIG": str(devcluster.tower_conf), "SLURM_CONF": str(devcluster.slurm_conf),
-                "SLURMTOWER_STATE_DIR": str(state_dir), "SLURMTOWER_AUTH__ANONYMOUS_READ": "true",
-                "SLURMTOWER_EVENTS__SENSOR_ENABLED": "false",
-                "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": "false",
-                "SLURMTOWER_AUTH__LOGIN_FAILURES_PER_MINUTE": str(LOGIN_FAILURES)})
-    log = (state_dir / "serve.log").open("wb")
-    proc = subprocess.Popen([SLURMTOWER, "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", str(WORKERS), "--no-access-log"],
-                            env=env, stdout=log, stderr=log, start_new_session=True)
-    server = Served(port, state_dir, proc, devcluster.demo_tokens()["reader"])
-    try:
-        def up() -> bool:
-            try:
-                with server.connection() as http:
-                    return http.get("/health").status_code == 200
-            except httpx.TransportError:
-                assert proc.poll() is None, (state_dir / "serve.log").read_text()
-                return False
+    env = serve_env(devcluster, state_dir, SLURMTOWER_AUTH__ANONYMOUS_READ="true",
+                    SLURMTOWER_EVENTS__SENSOR_ENABLED="false", SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD="false",
+                    SLURMTOWER_AUTH__LOGIN_FAILURES_PER_MINUTE=str(LOGIN_FAILURES))
+    process = ServeProcess(env, state_dir / "serve.log",
+                           ("--host", "127.0.0.1", "--workers", str(WORKERS), "--no-access-log"), port)
+    server = Served(process, devcluster.demo_tokens()["reader"])
 
-        wait_for(up, 60, 0.2, what="slurmtower serve")
+    def health() -> int:  # through a counted connection: the scrapes must see these requests too
+        with server.connection() as http:
+            return http.get("/health").status_code
+
+    try:
+        process.start(timeout=60, health=health)
         yield server
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+        process.stop()
 
 
 def test_every_serve_option_that_is_a_setting_is_exported_to_the_workers() -> None:

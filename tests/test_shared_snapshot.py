@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -34,7 +33,8 @@ from slurmtower.models.event import SENSOR_UP
 from slurmtower.slurm import CliSlurmClient
 from tests.conftest import sh, wait_for
 from tests.redis_helpers import PrivateRedis
-from tests.sensor_helpers import SLURMTOWER, free_port
+from tests.sensor_helpers import free_port
+from tests.serve_helpers import ServeProcess, serve_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -66,8 +66,7 @@ class Tower:
     store_url: str
     redis_url: str
     callback_port: int | None = None
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    server: ServeProcess = field(init=False)
     state_dir: Path = field(init=False)
     http: httpx.Client = field(init=False)
 
@@ -76,61 +75,38 @@ class Tower:
         self.state_dir = self.cluster.root / "slurmtower" / f"shared-{self.name}-{uuid.uuid4().hex[:6]}"
         self.state_dir.mkdir(parents=True)
         os.chmod(self.state_dir, 0o755)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30,
-                                 headers={"Authorization": f"Bearer {TOKEN}"})
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTOWER_")}
-        env.update(
-            SLURM_CONF=str(self.cluster.slurm_conf),
-            SLURMTOWER_CONFIG=str(self.cluster.tower_conf),
-            SLURMTOWER_STATE_DIR=str(self.state_dir),
+        port = free_port()
+        env = serve_env(
+            self.cluster, self.state_dir,
             SLURMTOWER_STORE_URL=self.store_url,
             SLURMTOWER_API__SHARED_CACHE_URL=self.redis_url,
-            SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.callback_port or self.port),
+            SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.callback_port or port),
             SLURMTOWER_AUTH__TOKENS=json.dumps([{"name": "rita", "role": "reader", "sha256": hash_token(TOKEN)}]),
         )
-        log = (self.state_dir / "serve.log").open("ab")
-        self.proc = subprocess.Popen([SLURMTOWER, "serve", "--port", str(self.port), "--no-access-log"], env=env,
-                                     stdout=log, stderr=log, start_new_session=True)
-        log.close()
+        self.server = ServeProcess(env, self.state_dir / "serve.log", ("--no-access-log",), port)
+        self.http = httpx.Client(base_url=self.server.url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"})
 
-        def up() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited: {self.log()}")
-            try:
-                return self.http.get("/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
+    @property
+    def port(self) -> int:
+        return self.server.port
 
-        wait_for(up, 40, 0.2, what=f"serve {self.name}")
+    def start(self) -> None:
+        self.server.start(what=f"serve {self.name}")
 
     def log(self) -> str:
-        try:
-            return (self.state_dir / "serve.log").read_text()[-4000:]
-        except OSError:
-            return ""
+        return self.server.log()
 
     def mode(self) -> str:
-        body = httpx.get(f"http://127.0.0.1:{self.port}/ready", timeout=20).json()  # anonymous
+        body = httpx.get(f"{self.server.url}/ready", timeout=20).json()  # anonymous
         mode: str = body["snapshot"]
         return mode
 
     def kill(self) -> None:
         """``kill -9`` of the process and its refresh worker (its process group)."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.server.kill()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        self.server.stop()
         self.http.close()
 
 
