@@ -13,7 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from slurmtower.api import create_app
-from slurmtower.settings import Settings
+from slurmtower.settings import ApiSettings, Settings
 
 
 def free_port() -> int:
@@ -23,13 +23,19 @@ def free_port() -> int:
         return port
 
 
+#: The server's keep-alive as ``slurmtower serve`` sets it (``api.keep_alive``): a client that
+#: waits longer than uvicorn's own 5 s between two requests must not meet a closing connection.
+KEEP_ALIVE = ApiSettings.model_fields["keep_alive"].default
+
+
 @contextmanager
-def running(app: FastAPI, timeout: float = 20) -> Iterator[httpx.Client]:
-    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield a client for it."""
+def serving(app: FastAPI, timeout: float = 20) -> Iterator[str]:
+    """Serve ``app`` (lifespan included) with uvicorn on a free loopback port in a thread, as
+    ``slurmtower serve`` does; yields the base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
+                                           lifespan="on", timeout_keep_alive=KEEP_ALIVE))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     end = time.monotonic() + timeout
     while not server.started:
@@ -37,11 +43,17 @@ def running(app: FastAPI, timeout: float = 20) -> Iterator[httpx.Client]:
             raise RuntimeError("the test API server did not start")
         time.sleep(0.02)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            yield http
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextmanager
+def running(app: FastAPI, timeout: float = 20) -> Iterator[httpx.Client]:
+    """Serve ``app`` (lifespan included) on 127.0.0.1 and yield a client for it."""
+    with serving(app, timeout) as url, httpx.Client(base_url=url, timeout=60) as http:
+        yield http
 
 
 @contextmanager

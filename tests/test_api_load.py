@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import socket
 import subprocess
 import time
 from contextlib import ExitStack
@@ -127,6 +128,24 @@ def test_load_time_and_offset_select_the_window(settings: Settings) -> None:
         assert ages("/load?time=1000") == [30, 150, 200, 400]
 
 
+def _http_response(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response (its head and Content-Length body) read from ``conn``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"the server closed the connection after {data[:200]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, "the server closed the connection inside a body"
+        body += chunk
+    assert len(body) == length, "more bytes than one response"
+    return head
+
+
 def test_serve_with_two_workers_runs_one_archiver(devcluster: DevCluster, tmp_path: Path) -> None:
     env = serve_env(devcluster, tmp_path, SLURMTOWER_AUTH__ANONYMOUS_READ="true",
                     SLURMTOWER_ARCHIVER__ARCHIVE_WAIT_TIME="0.5", SLURMTOWER_EVENTS__SENSOR_ENABLED="false")
@@ -142,6 +161,13 @@ def test_serve_with_two_workers_runs_one_archiver(devcluster: DevCluster, tmp_pa
         samples = httpx.get(f"{base}/load?time=60").json()["samples"]
         assert len(samples) >= 3
         assert len({s["archiver"] for s in samples}) == 1
+        # An idle connection outlives uvicorn's own 5 s keep-alive (api.keep_alive, 75 s): a
+        # proxy's pooled upstream connection is not closed under its next request.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            for _ in range(3):
+                conn.sendall(b"GET /health HTTP/1.1\r\nHost: tower\r\n\r\n")
+                assert _http_response(conn).startswith(b"HTTP/1.1 200")
+                time.sleep(6)
     finally:
         server.stop()
 

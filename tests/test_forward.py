@@ -28,7 +28,8 @@ from slurmtower.events.store import EventStore
 from slurmtower.settings import ForwardTarget, Settings, describe
 from slurmtower.store.schema import event_cursors
 
-from .auth_helpers import READER, bearer, free_port, running_server, with_tokens
+from .api_server import free_port
+from .auth_helpers import READER, bearer, running_server, with_tokens
 from .conftest import node_states, sh, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -130,6 +130,12 @@ class ApiSettings(_Section):
             raise ValueError(f"not job fields: {', '.join(unknown)}")
         return value
     workers: int = Field(default=1, ge=1)
+    keep_alive: int = Field(default=75, ge=1, le=3600)
+    """Seconds an idle HTTP/1.1 connection is kept open (uvicorn's ``timeout_keep_alive``).
+    Longer than a proxy's idle upstream connections (nginx's upstream ``keepalive_timeout``,
+    60 s; a cloud load balancer's idle timeout, 60 s), so a proxy never sends a request on
+    a connection the server is closing that same moment (a reset: a 502 for a POST, which
+    nginx does not retry elsewhere). uvicorn's own default is 5 s."""
     leader_interval: float = Field(default=2.0, gt=0, le=60)
     """How often a follower tries to become the deployment's leader (and the leader checks
     it still is): a dead leader is replaced within about this long plus the sensor's start."""
