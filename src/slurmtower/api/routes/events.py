@@ -57,6 +57,8 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 STREAM_POLL_SECONDS = 0.5
 STREAM_HEARTBEAT_SECONDS = 15.0
+#: Events read from the store per query while a stream catches up.
+STREAM_BATCH = 500
 #: The last message of a stream whose credential expired (EventSource then reconnects).
 EXPIRED = b"event: slurmtower.stream.expired\ndata: {\"reason\": \"credential expired\"}\n\n"
 MAX_PAGE = 1000
@@ -367,6 +369,18 @@ async def stream_events(
         return ((types is None or ev.type in types) and (node is None or ev.node == node)
                 and ev.node not in hidden)
 
+    async def stored_after(position: int) -> tuple[int, list[bytes], bool]:
+        """The next batch of stored events after ``position``: (the new position, the wanted
+        ones as SSE, whether the batch was full so more may follow)."""
+        events = await asyncio.to_thread(store.query, since_id=position, limit=STREAM_BATCH)
+        chunks = []
+        for ev in events:
+            assert ev.id is not None
+            position = ev.id
+            if wanted(ev):
+                chunks.append(_sse(ev))
+        return position, chunks, len(events) == STREAM_BATCH
+
     async def polled(position: int) -> AsyncIterator[bytes]:
         # No feed in this process (an app without its lifespan): read the store each poll.
         loop = asyncio.get_running_loop()
@@ -378,13 +392,10 @@ async def stream_events(
             if expires_at is not None and time.time() >= expires_at:
                 yield EXPIRED
                 return
-            events = await asyncio.to_thread(store.query, since_id=position, limit=500)
-            for ev in events:
-                assert ev.id is not None
-                position = ev.id
-                if wanted(ev):
-                    yield _sse(ev)
-            if len(events) == 500:
+            position, chunks, more = await stored_after(position)
+            for chunk in chunks:
+                yield chunk
+            if more:
                 continue
             if loop.time() - last_beat >= STREAM_HEARTBEAT_SECONDS:
                 last_beat = loop.time()
@@ -399,15 +410,11 @@ async def stream_events(
             while True:
                 if gap:
                     sub.lost = False
-                    while True:
-                        events = await asyncio.to_thread(store.query, since_id=position, limit=500)
-                        for ev in events:
-                            assert ev.id is not None
-                            position = ev.id
-                            if wanted(ev):
-                                yield _sse(ev)
-                        if len(events) < 500:
-                            break
+                    more = True
+                    while more:
+                        position, chunks, more = await stored_after(position)
+                        for chunk in chunks:
+                            yield chunk
                     gap = False
                 left = expires_at - time.time() if expires_at is not None else STREAM_HEARTBEAT_SECONDS
                 if left <= 0:
