@@ -418,15 +418,20 @@ def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action:
     raise refusal(action, tripped, settings.breaker_window)
 
 
+def _read_holds(run: Run, nodes: str) -> tuple[datetime, NodeSet, list[Node], dict[str, list[Hold]], str]:
+    """Under the holds lock, before a drain, down or resume: when the nodes were read, their
+    set, the nodes (also kept as ``run.before``), their holds, and the caller's name."""
+    read_at = _now()
+    ns, found = _existing(run, nodes)
+    run.before = node_snapshot(found)
+    return read_at, ns, found, node_holds(run.holds, found, read_at=read_at), sanitize_who(run.principal)
+
+
 def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[str, Any]:
     _check_override(run, p)
     action = "slurm.node.drain" if state == "DRAIN" else "slurm.node.down"
     with _holds_locked(run):
-        read_at = _now()
-        ns, nodes = _existing(run, p.nodes)
-        run.before = node_snapshot(nodes)
-        current = node_holds(run.holds, nodes, read_at=read_at)
-        me = sanitize_who(run.principal)
+        read_at, ns, nodes, current, me = _read_holds(run, p.nodes)
         tag = OwnerTag(me, run.via)
         plan: dict[str, list[Hold]] = {}
         taken_over: dict[str, list[str]] = {}
@@ -547,11 +552,7 @@ def node_down(run: Run, p: NodeDownParams) -> dict[str, Any]:
 def node_resume(run: Run, p: NodeResumeParams) -> dict[str, Any]:
     """Release your holds of nodes; a node resumes when no hold is left (force=true releases all)."""
     with _holds_locked(run):
-        read_at = _now()
-        ns, nodes = _existing(run, p.nodes)
-        run.before = node_snapshot(nodes)
-        current = node_holds(run.holds, nodes, read_at=read_at)
-        me = sanitize_who(run.principal)
+        _read_at, ns, nodes, current, me = _read_holds(run, p.nodes)
         held = [n for n in nodes if holds_node(n)]
         resume: list[Node] = []
         keep: dict[str, list[Hold]] = {}
