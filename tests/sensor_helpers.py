@@ -30,6 +30,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cluster_state_dir(cluster: DevCluster, label: str) -> Path:
+    """A new state dir under the devcluster's root, not pytest's tmp (0700 for root):
+    SlurmUser must be able to execute the notify program and read the key there."""
+    path = cluster.root / "slurmtower" / f"{label}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    os.chmod(path, 0o755)
+    return path
+
+
+def serve_env(cluster: DevCluster, state_dir: Path, **settings: str) -> dict[str, str]:
+    """This process's environment without slurmtower's (or prometheus_client's) variables,
+    pointed at ``cluster`` with its own ``state_dir``, plus ``settings`` (``SLURMTOWER_...``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_"))}
+    env.update(SLURM_CONF=str(cluster.slurm_conf), SLURMTOWER_CONFIG=str(cluster.tower_conf),
+               SLURMTOWER_STATE_DIR=str(state_dir), **settings)
+    return env
+
+
 @dataclass
 class SensorProcess:
     """``slurmtower sensor`` as a subprocess with a private state dir SlurmUser can reach."""
@@ -41,11 +59,7 @@ class SensorProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
-        # Under the devcluster's root, not pytest's tmp (0700 for root): SlurmUser must be
-        # able to execute the notify program and read the key there.
-        self.state_dir = self.cluster.root / "slurmtower" / f"test-{uuid.uuid4().hex[:10]}"
-        self.state_dir.mkdir(parents=True)
-        os.chmod(self.state_dir, 0o755)
+        self.state_dir = cluster_state_dir(self.cluster, "test")
         self.port = free_port()
 
     @property
@@ -57,11 +71,8 @@ class SensorProcess:
         return f"sqlite:///{self.state_dir / 'slurmtower.db'}"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTOWER_")}
-        env.update(
-            SLURM_CONF=str(self.cluster.slurm_conf),
-            SLURMTOWER_CONFIG=str(self.cluster.tower_conf),
-            SLURMTOWER_STATE_DIR=str(self.state_dir),
+        env = serve_env(
+            self.cluster, self.state_dir,
             SLURMTOWER_EVENTS__CALLBACK_PORT=str(self.port),
             SLURMTOWER_EVENTS__POLL_INTERVAL="0.5",
             # the circuit breaker off, as in conftest (tests/test_breaker.py turns it on)

@@ -11,18 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from slurmtower.devcluster import DevCluster
 from tests.conftest import wait_for
 from tests.sensor_helpers import SLURMTOWER, free_port
-
-
-def serve_env(cluster: DevCluster, state_dir: Path, **settings: str) -> dict[str, str]:
-    """This process's environment without slurmtower's (or prometheus_client's) variables,
-    pointed at ``cluster`` with its own ``state_dir``, plus ``settings`` (``SLURMTOWER_...``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_"))}
-    env.update(SLURM_CONF=str(cluster.slurm_conf), SLURMTOWER_CONFIG=str(cluster.tower_conf),
-               SLURMTOWER_STATE_DIR=str(state_dir), **settings)
-    return env
 
 
 @dataclass

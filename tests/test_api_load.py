@@ -22,8 +22,8 @@ from slurmtower.settings import Settings
 
 from .api_server import running
 from .conftest import wait_for
-from .sensor_helpers import SLURMTOWER
-from .serve_helpers import ServeProcess, serve_env
+from .sensor_helpers import SLURMTOWER, serve_env
+from .serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.cluster
 

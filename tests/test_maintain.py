@@ -257,7 +257,8 @@ def test_a_run_goes_on_after_the_service_is_killed(settings: Settings, devcluste
     while the run waits; the job ends while no service runs; a new ``serve`` on the same store
     finds the run in its events and finishes it: resumed, out of its reservation."""
     from slurmtower.api.security import hash_token
-    from tests.serve_helpers import ServeProcess, serve_env
+    from tests.sensor_helpers import serve_env
+    from tests.serve_helpers import ServeProcess
 
     env = serve_env(devcluster, settings.state_dir,
                     SLURMTOWER_EVENTS__SENSOR_ENABLED="false", SLURMTOWER_ACTIONS__MAINTENANCE_INTERVAL="0.5",

@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +28,8 @@ from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED, SENS
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.store.deployment import deployment_value
 from tests.conftest import sh, wait_for
-from tests.sensor_helpers import free_port
-from tests.serve_helpers import ServeProcess, serve_env
+from tests.sensor_helpers import cluster_state_dir, free_port, serve_env
+from tests.serve_helpers import ServeProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -57,10 +56,7 @@ class Replica:
     state_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        # Under the devcluster's root: SlurmUser must reach the notify program and the key.
-        self.state_dir = self.cluster.root / "slurmtower" / f"replica-{self.name}-{uuid.uuid4().hex[:6]}"
-        self.state_dir.mkdir(parents=True)
-        os.chmod(self.state_dir, 0o755)
+        self.state_dir = cluster_state_dir(self.cluster, f"replica-{self.name}")
         port = free_port()
         env = serve_env(
             self.cluster, self.state_dir,

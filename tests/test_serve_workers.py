@@ -24,7 +24,8 @@ from slurmtower.settings import load_settings
 
 from .api_server import free_port
 from .conftest import wait_for
-from .serve_helpers import ServeProcess, serve_env
+from .sensor_helpers import serve_env
+from .serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.cluster
 

@@ -13,12 +13,10 @@ harms no one else.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +31,8 @@ from slurmtower.models.event import SENSOR_UP
 from slurmtower.slurm import CliSlurmClient
 from tests.conftest import sh, wait_for
 from tests.redis_helpers import PrivateRedis
-from tests.sensor_helpers import free_port
-from tests.serve_helpers import ServeProcess, serve_env
+from tests.sensor_helpers import cluster_state_dir, free_port, serve_env
+from tests.serve_helpers import ServeProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -71,10 +69,7 @@ class Tower:
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        # Under the devcluster's root: SlurmUser must reach the notify program and the key.
-        self.state_dir = self.cluster.root / "slurmtower" / f"shared-{self.name}-{uuid.uuid4().hex[:6]}"
-        self.state_dir.mkdir(parents=True)
-        os.chmod(self.state_dir, 0o755)
+        self.state_dir = cluster_state_dir(self.cluster, f"shared-{self.name}")
         port = free_port()
         env = serve_env(
             self.cluster, self.state_dir,
