@@ -23,9 +23,9 @@ from markupsafe import Markup
 
 from slurmtower.dashboard.data import NodeView, node_view
 from slurmtower.dashboard.nodes_timeline import CONDITIONS
-from slurmtower.dashboard.render import natural_key
 from slurmtower.errors import InvalidInput
 from slurmtower.models import Node
+from slurmtower.models.node import node_sort_key
 from slurmtower.nodeset import NodeSet
 
 __all__ = [
@@ -266,7 +266,7 @@ def build_map(entries: Sequence[MapEntry], flt: MapFilter) -> NodeMap:
             members.setdefault(p, []).append(cell)
             group = per_group.setdefault(p, {})
             group[view.css] = group.get(view.css, 0) + 1
-    names = sorted(sizes, key=lambda p: (p == NO_PARTITION, natural_key(p)))
+    names = sorted(sizes, key=lambda p: (p == NO_PARTITION, node_sort_key(p)))
     groups = [Group(name=p, anchor=_anchor(p), size=sizes[p], shown=len(members[p]), counts=per_group[p],
                     cells=_joined(members[p]))
               for p in names if p in members]
@@ -274,6 +274,6 @@ def build_map(entries: Sequence[MapEntry], flt: MapFilter) -> NodeMap:
     for (css, text, reason, owner), hosts in held.items():
         folded.append(OutOfService(nodes=str(NodeSet(hosts)), count=len(hosts), first=hosts[0], css=css,
                                    state_text=text, reason=reason, owner=owner))
-    folded.sort(key=lambda o: natural_key(o.first))
+    folded.sort(key=lambda o: node_sort_key(o.first))
     return NodeMap(groups=groups, counts=counts, total=len(entries), shown=shown,
                    partitions=[p for p in names if p != NO_PARTITION], out_of_service=folded, filter=flt)

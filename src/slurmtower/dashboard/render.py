@@ -3,7 +3,6 @@ environment (autoescaping on), the pages of the navigation bar, and a natural so
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi.responses import HTMLResponse
@@ -12,7 +11,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from slurmtower import __version__
 from slurmtower.api.security import CSRF_HEADER, TOKEN_COOKIE
 
-__all__ = ["NAV", "env", "natural_key", "render"]
+__all__ = ["NAV", "env", "render"]
 
 #: The navigation bar: (path, label), in order.
 NAV: tuple[tuple[str, str], ...] = (
@@ -34,8 +33,3 @@ def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse
     html = env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER, token_cookie=TOKEN_COOKIE,
                                          nav=NAV, **context)
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
-
-
-def natural_key(name: str) -> tuple[Any, ...]:
-    """``n2`` before ``n10``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

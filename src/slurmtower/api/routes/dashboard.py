@@ -39,9 +39,10 @@ from slurmtower.dashboard.overview import (
     partition_rows,
     resources,
 )
-from slurmtower.dashboard.render import natural_key, render
+from slurmtower.dashboard.render import render
 from slurmtower.errors import AuthenticationError, NotFound, SlurmtowerError
 from slurmtower.models import JobState
+from slurmtower.models.node import node_sort_key
 from slurmtower.models.table import JobTable
 from slurmtower.visibility import Visibility
 
@@ -96,7 +97,7 @@ def _overview(snaps: Sequence[Snapshot], policy: Visibility) -> _Overview:
     """Built off the event loop: 5,000 node models and their boxes, partition sums."""
     nodes_snap, jobs_snap, parts_snap = snaps
     node_models = policy.nodes(nodes_snap.value.nodes())
-    views = sorted((node_view(n) for n in node_models), key=lambda n: natural_key(n.name))
+    views = sorted((node_view(n) for n in node_models), key=lambda n: node_sort_key(n.name))
     counts: dict[str, int] = {}
     for n in views:
         counts[n.css] = counts.get(n.css, 0) + 1
