@@ -137,12 +137,12 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
     try:
         started = {n.name: maintenance.start(n.name, p, principal=run.principal, via=run.via) for n in nodes}
         maintenance.advance()  # an idle node goes on at once
-        states = {node: maintenance.state(run_id) for node, run_id in started.items()}
+        states = maintenance.states(started)
         interval = run.settings.actions.maintenance_interval
         while p.wait and not all(st.finished for st in states.values()):
             time.sleep(interval)
             maintenance.advance()
-            states = {node: maintenance.state(run_id) for node, run_id in started.items()}
+            states = maintenance.states(started)
     finally:
         maintenance.close()
     for node, st in states.items():
@@ -231,6 +231,11 @@ class Maintenance:
 
     def state(self, run_id: str) -> RunState:
         return self.runs()[run_id]
+
+    def states(self, run_ids: dict[str, str]) -> dict[str, RunState]:
+        """``{key: run id}`` -> ``{key: its state}``, from one read of the events."""
+        runs = self.runs()
+        return {key: runs[run_id] for key, run_id in run_ids.items()}
 
     # -- steps ----------------------------------------------------------------------------------
     def _act(self, state: RunState, name: str, params: dict[str, Any]) -> tuple[bool, str]:
