@@ -65,6 +65,7 @@ from slurmtower.errors import (
     SlurmRequestError,
 )
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
+from slurmtower.models.job import step_label
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
 from slurmtower.visibility import Visibility
@@ -295,9 +296,6 @@ def job_get(run: Run, p: JobGetParams) -> dict[str, list[dict[str, Any]]]:
     return {str(j): result[str(j)] for j in p.jobids}
 
 
-_STEP_NAMES = {-5: "batch", -4: "extern", -6: "interactive"}
-
-
 @action("slurm.job.step.get", JobGetParams, mutating=False, permission="read")
 def job_step_get(run: Run, p: JobGetParams) -> dict[str, dict[str, Any]]:
     """Get job step details keyed by job id, then step id; finished jobs come from accounting."""
@@ -314,7 +312,7 @@ def job_step_get(run: Run, p: JobGetParams) -> dict[str, dict[str, Any]]:
         for job_id in known:
             entry: dict[str, Any] = {}
             for hstep in steps.get(job_id, []):
-                key = _STEP_NAMES.get(hstep.step_id, str(hstep.step_id))
+                key = step_label(hstep.step_id)
                 entry.setdefault(key, {**hstep.model_dump(mode="json"), "from_accounting": True})
             result[str(job_id)] = entry
         missing = [j for j in missing if str(j) not in result]

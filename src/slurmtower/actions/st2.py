@@ -38,7 +38,7 @@ from typing import Any
 from slurmtower.errors import InvalidInput
 from slurmtower.models import Job, JobState, JobStep, Node, config_key, parse_job_state
 from slurmtower.models.accounting import HistoryJob, HistoryStep
-from slurmtower.models.job import ExitCode
+from slurmtower.models.job import ExitCode, step_label
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.adapters import parse_text_time
 
@@ -650,7 +650,7 @@ def _history_step(record: Mapping[str, Any]) -> JobStep:
     code = None
     if row.exit_code is not None or row.exit_signal:
         code = ExitCode(signal=row.exit_signal) if row.exit_signal else ExitCode(return_code=row.exit_code)
-    step_id = {-5: "batch", -4: "extern", -6: "interactive"}.get(row.step_id, str(row.step_id))
+    step_id = step_label(row.step_id)
     return JobStep(job_id=row.job_id, step_id=step_id, name=row.step_name, state=state, state_flags=flags,
                    nodes=row.nodes, node_count=row.node_count, tasks=row.task_count, cpus=row.cpus,
                    start_time=row.start_time, end_time=row.end_time, exit_code=code, from_accounting=True)

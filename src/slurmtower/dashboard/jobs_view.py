@@ -34,6 +34,7 @@ from slurmtower.api.routes.live import _JOB_STATE_CODES, _encode_cursor, _mapped
 from slurmtower.errors import InvalidInput
 from slurmtower.models import Job, JobState
 from slurmtower.models.accounting import JOB_STATE_NAMES, HistoryJob, HistoryStep
+from slurmtower.models.job import step_label
 from slurmtower.models.node import node_sort_key
 from slurmtower.models.table import JobTable
 from slurmtower.nodeset import NodeSet
@@ -57,6 +58,7 @@ __all__ = [
     "page_queue",
     "parse_queue_query",
     "runs_of",
+    "step_label",
 ]
 
 #: The queue page's filters: ``/queue``'s, with its meaning (comma-separated: any matches).
@@ -419,10 +421,6 @@ def runs_of(records: Sequence[HistoryJob], steps: Sequence[HistoryStep]) -> list
         own = by_run.get(record.job_db_inx, [])
         out.append(RunView(number=len(records) - i, record=record, steps=own, efficiency=efficiency(record, own)))
     return out
-
-
-def step_label(step_id: int) -> str:
-    return {-5: "batch", -4: "extern", -6: "interactive"}.get(step_id, str(step_id))
 
 
 def exit_text(code: int | None, signal: int | None) -> str:

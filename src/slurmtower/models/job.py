@@ -15,6 +15,7 @@ __all__ = [
     "JobState",
     "JobStep",
     "parse_job_state",
+    "step_label",
 ]
 
 
@@ -282,6 +283,16 @@ class Job(BaseModel):
         if self.array_job_id is not None and self.array_task_str:
             return f"{self.array_job_id}_[{self.array_task_str}]"
         return str(self.job_id)
+
+
+#: Slurm's special step ids (``SLURM_BATCH_SCRIPT``, ``SLURM_EXTERN_CONT``,
+#: ``SLURM_INTERACTIVE_STEP`` as signed numbers) by the names squeue and sacct print.
+STEP_NAMES = {-5: "batch", -4: "extern", -6: "interactive"}
+
+
+def step_label(step_id: int) -> str:
+    """A step id as Slurm prints it: ``"0"``, ``"batch"``, ``"extern"``, ``"interactive"``."""
+    return STEP_NAMES.get(step_id, str(step_id))
 
 
 class JobStep(BaseModel):
