@@ -13,6 +13,7 @@ from datetime import datetime
 
 from slurmtower.api.cache import shared_cache
 from slurmtower.api.services import Services
+from slurmtower.dashboard.nodes_timeline import condition
 from slurmtower.models import Node, NodeFlag, NodeState
 from slurmtower.models.table import JobTable
 
@@ -69,14 +70,7 @@ def _reason_and_owner(node: Node) -> tuple[str | None, str | None, tuple[str, ..
 def node_view(node: Node) -> NodeView:
     """The map cell of ``node``: a colour class, the reason and its owner for the tooltip."""
     held = NodeFlag.DRAIN in node.flags or NodeFlag.FAIL in node.flags
-    if node.state is NodeState.DOWN or NodeFlag.NOT_RESPONDING in node.flags:
-        css = "down"
-    elif held:
-        css = "draining" if node.is_busy else "drained"
-    elif node.state in (NodeState.IDLE, NodeState.MIXED, NodeState.ALLOCATED):
-        css = node.state.value.lower()
-    else:
-        css = "unknown"
+    css = condition(node.state.value, node.flags)
     alloc = node.alloc_cpus if node.alloc_cpus is not None else 0
     reason, owner, holders = _reason_and_owner(node)
     return NodeView(

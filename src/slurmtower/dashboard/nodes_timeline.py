@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmtower.models.event import NODE_STATE, Event
+from slurmtower.models.node import state_text as node_state_text
 
 __all__ = [
     "CONDITIONS",
@@ -52,17 +53,9 @@ CONDITIONS = ("idle", "mixed", "allocated", "draining", "drained", "down", "unkn
 IN_SERVICE = frozenset({"idle", "mixed", "allocated"})
 OUT_OF_SERVICE = frozenset({"draining", "drained", "down"})
 
-# The flag order scontrol prints (slurmtower.models.node's), for state_text.
-_FLAG_ORDER = {f: i for i, f in enumerate((
-    "DRAIN", "NOT_RESPONDING", "MAINTENANCE", "RESERVED", "FAIL", "COMPLETING", "POWERED_DOWN",
-    "POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "POWER_UP", "POWER_DRAIN", "REBOOT_REQUESTED",
-    "REBOOT_ISSUED", "REBOOT_CANCEL", "CLOUD", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "PLANNED",
-    "INVALID_REG", "PERFCTRS", "BLOCKED", "RESUME", "UNDRAIN"))}
-
-
 def condition(state: str | None, flags: Iterable[str]) -> str:
-    """The map colour of a base state and flags; the same rule as
-    :func:`slurmtower.dashboard.data.node_view` (``None``: not in Slurm -> ``unknown``)."""
+    """The map colour of a base state and flags (``None``: not in Slurm -> ``unknown``);
+    :func:`slurmtower.dashboard.data.node_view` colours the map with it."""
     flags = frozenset(flags)
     if state is None:
         return "unknown"
@@ -81,8 +74,7 @@ def state_text(state: str | None, flags: Iterable[str]) -> str:
     configuration."""
     if state is None:
         return "not in Slurm"
-    ordered = sorted(flags, key=lambda f: (_FLAG_ORDER.get(f, len(_FLAG_ORDER)), f))
-    return "+".join([state, *ordered])
+    return node_state_text(state, flags)
 
 
 def _owner(reason: str | None, recorded_owner: str | None) -> tuple[str | None, str | None]:

@@ -198,6 +198,13 @@ def _upper_flags(value: frozenset[str]) -> frozenset[str]:
 _FLAG_ORDER = {flag.value: i for i, flag in enumerate(NodeFlag)}
 
 
+def state_text(state: str, flags: Iterable[str]) -> str:
+    """A base state and flags the way scontrol prints them, e.g. ``IDLE+DRAIN`` (the flags
+    in :class:`NodeFlag`'s order, unknown ones last)."""
+    ordered = sorted(flags, key=lambda f: (_FLAG_ORDER.get(f, len(_FLAG_ORDER)), f))
+    return "+".join([state, *ordered])
+
+
 class Node(BaseModel):
     """One node as slurmctld reports it; a field a release does not report is ``None``."""
 
@@ -288,8 +295,7 @@ class Node(BaseModel):
     @property
     def state_text(self) -> str:
         """The state the way scontrol prints it, e.g. ``IDLE+DRAIN``."""
-        ordered = sorted(self.flags, key=lambda f: (_FLAG_ORDER.get(f, len(_FLAG_ORDER)), f))
-        return "+".join([self.state.value, *ordered])
+        return state_text(self.state.value, self.flags)
 
 
 class NodeReason(BaseModel):
