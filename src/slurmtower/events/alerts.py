@@ -53,7 +53,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from slurmtower.errors import AuthenticationError, InvalidInput
-from slurmtower.events.callback import HEADER_TIMESTAMP, NonceStore
+from slurmtower.events.callback import HEADER_SIGNATURE, HEADER_TIMESTAMP, TIMESTAMP_RE, NonceStore, header_value
 from slurmtower.models.event import Event
 from slurmtower.rules.builtin import webhook_signature
 from slurmtower.settings import HookSettings
@@ -79,12 +79,12 @@ ALERT_FIRING = "alert.firing"
 ALERT_RESOLVED = "alert.resolved"
 SOURCE_ALERTMANAGER = "alertmanager"
 SOURCE_WEBHOOK = "webhook"
-HEADER_WEBHOOK_SIGNATURE = "X-Slurmtower-Signature"
+#: The generic webhook's signature header: the callbacks' header name, its own format.
+HEADER_WEBHOOK_SIGNATURE = HEADER_SIGNATURE
 #: Webhook format versions accepted: Alertmanager's 4, and Grafana's 1 (the same alerts).
 VERSIONS = ("4", "1")
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
-_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
 _SIGNATURE = re.compile(r"^sha256=([0-9a-f]{64})$")
 _DEDUPE_PREFIX = "alert:"
 _REPLAY_PREFIX = "hook:"
@@ -314,14 +314,6 @@ def parse_generic(data: Any, *, hooks: HookSettings, now: datetime | None = None
 # -- the generic webhook's signature ------------------------------------------------------
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    wanted = name.lower()
-    for key, value in headers.items():
-        if key.lower() == wanted:
-            return value.strip() or None
-    return None
-
-
 def verify_signed_webhook(secret: bytes | None, headers: Mapping[str, str], body: bytes, nonces: NonceStore, *,
                           max_clock_skew: float, now: datetime | None = None) -> datetime:
     """Authenticate a generic webhook request; returns when it was signed.
@@ -330,15 +322,15 @@ def verify_signed_webhook(secret: bytes | None, headers: Mapping[str, str], body
     ``stale``, ``bad_signature``, ``replayed``) and :class:`InvalidInput` (400) for a
     malformed timestamp or signature header.
     """
-    ts_text = _header(headers, HEADER_TIMESTAMP)
-    sig_text = _header(headers, HEADER_WEBHOOK_SIGNATURE)
+    ts_text = header_value(headers, HEADER_TIMESTAMP)
+    sig_text = header_value(headers, HEADER_WEBHOOK_SIGNATURE)
     if ts_text is None and sig_text is None:
         raise AuthenticationError("the request is not signed (X-Slurmtower-Timestamp, X-Slurmtower-Signature)",
                                   reason="unsigned")
     if secret is None:
         raise AuthenticationError("the generic webhook takes no request: hooks.generic_secret is not set",
                                   reason="not_configured")
-    if ts_text is None or not _TIMESTAMP.match(ts_text):
+    if ts_text is None or not TIMESTAMP_RE.match(ts_text):
         raise InvalidInput(f"{HEADER_TIMESTAMP} must be Unix seconds", param=HEADER_TIMESTAMP)
     sig = _SIGNATURE.match(sig_text or "")
     if sig is None:

@@ -75,7 +75,8 @@ SIGNATURE_VERSION = "v1"
 TRIGGER_CLASSES = frozenset({"node", "job", "reconfig", "slurmctld", "slurmdbd", "database", "burst_buffer"})
 
 _NONCE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
-_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+#: A signed request's timestamp header: Unix seconds.
+TIMESTAMP_RE = re.compile(r"^[0-9]{1,12}$")
 _SIGNATURE = re.compile(r"^v1=([0-9a-f]{64})$")
 _WORD = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
@@ -200,16 +201,21 @@ class VerifiedCallback:
     nonce: str
 
 
-def _header(headers: Mapping[str, str], name: str) -> str:
-    # Mapping lookups are case-sensitive; HTTP header names are not.
+def header_value(headers: Mapping[str, str], name: str) -> str | None:
+    """The header ``name``, stripped (``None``: absent or empty). Mapping lookups are
+    case-sensitive; HTTP header names are not."""
     wanted = name.lower()
     for key, value in headers.items():
         if key.lower() == wanted:
-            value = value.strip()
-            if not value:
-                break
-            return value
-    raise InvalidInput(f"missing {name} header", param=name)
+            return value.strip() or None
+    return None
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = header_value(headers, name)
+    if value is None:
+        raise InvalidInput(f"missing {name} header", param=name)
+    return value
 
 
 class CallbackVerifier:
@@ -248,7 +254,7 @@ class CallbackVerifier:
         ts_text = _header(headers, HEADER_TIMESTAMP)
         nonce = _header(headers, HEADER_NONCE)
         sig_text = _header(headers, HEADER_SIGNATURE)
-        if not _TIMESTAMP.match(ts_text):
+        if not TIMESTAMP_RE.match(ts_text):
             raise InvalidInput(f"{HEADER_TIMESTAMP} must be Unix seconds", param=HEADER_TIMESTAMP)
         if not _NONCE.match(nonce):
             raise InvalidInput(f"{HEADER_NONCE} must be 16-128 of [A-Za-z0-9_-]", param=HEADER_NONCE)
