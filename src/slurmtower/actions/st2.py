@@ -624,36 +624,34 @@ def _view(table: Mapping[str, Source], model: Any) -> dict[str, Any]:
     return out
 
 
+def _exit_code(rc: int | None, signal: int | None) -> ExitCode | None:
+    """An accounting row's return code and signal as an ExitCode (``None``: neither)."""
+    if rc is None and not signal:
+        return None
+    return ExitCode(signal=signal) if signal else ExitCode(return_code=rc)
+
+
 def _history_job(record: Mapping[str, Any]) -> Job:
     """An accounting row (``slurm.job.get`` of a job that left slurmctld) as a Job."""
     row = HistoryJob.model_validate({k: v for k, v in record.items() if k != "from_accounting"})
     state, flags = parse_job_state(row.state)
-
-    def code(rc: int | None, signal: int | None) -> ExitCode | None:
-        if rc is None and not signal:
-            return None
-        return ExitCode(signal=signal) if signal else ExitCode(return_code=rc)
-
     return Job(job_id=row.job_id, array_job_id=row.array_job_id, array_task_id=row.array_task_id, name=row.name,
                user_name=row.user_name, user_id=row.user_id, account=row.account, partition=row.partition,
                state=state, state_flags=flags, nodes=row.nodes, node_count=row.node_count, cpus=row.cpus,
                memory_mib=row.memory_mib, time_limit=row.time_limit, submit_time=row.submit_time,
                eligible_time=row.eligible_time, start_time=row.start_time, end_time=row.end_time,
-               exit_code=code(row.exit_code, row.exit_signal),
-               derived_exit_code=code(row.derived_exit_code, row.derived_exit_signal), work_dir=row.work_dir,
+               exit_code=_exit_code(row.exit_code, row.exit_signal),
+               derived_exit_code=_exit_code(row.derived_exit_code, row.derived_exit_signal), work_dir=row.work_dir,
                submit_line=row.submit_line, sluid=row.sluid, from_accounting=True)
 
 
 def _history_step(record: Mapping[str, Any]) -> JobStep:
     row = HistoryStep.model_validate({k: v for k, v in record.items() if k != "from_accounting"})
     state, flags = parse_job_state(row.state)
-    code = None
-    if row.exit_code is not None or row.exit_signal:
-        code = ExitCode(signal=row.exit_signal) if row.exit_signal else ExitCode(return_code=row.exit_code)
-    step_id = step_label(row.step_id)
-    return JobStep(job_id=row.job_id, step_id=step_id, name=row.step_name, state=state, state_flags=flags,
-                   nodes=row.nodes, node_count=row.node_count, tasks=row.task_count, cpus=row.cpus,
-                   start_time=row.start_time, end_time=row.end_time, exit_code=code, from_accounting=True)
+    return JobStep(job_id=row.job_id, step_id=step_label(row.step_id), name=row.step_name, state=state,
+                   state_flags=flags, nodes=row.nodes, node_count=row.node_count, tasks=row.task_count,
+                   cpus=row.cpus, start_time=row.start_time, end_time=row.end_time,
+                   exit_code=_exit_code(row.exit_code, row.exit_signal), from_accounting=True)
 
 
 def node(record: Mapping[str, Any]) -> dict[str, Any]:
