@@ -22,9 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from slurmtower import __version__
-from slurmtower.api.params import add_problem_schema
+from slurmtower.api.params import PROBLEM, add_problem_schema
 from slurmtower.api.services import Services
-from slurmtower.errors import ConfigError, SlurmtowerError
+from slurmtower.errors import ConfigError, InvalidInput, SlurmtowerError
 from slurmtower.settings import Settings
 
 __all__ = ["ROUTE_MODULES", "create_app"]
@@ -46,9 +46,6 @@ ROUTE_MODULES = (
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
     "ui_pages",  # /ui/partitions, /ui/reservations
 )
-
-PROBLEM = "application/problem+json"
-
 
 def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
@@ -110,10 +107,8 @@ class _RefuseNul:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (param := _nul_param(scope)) is not None:
-            response = _problem_response(400, {
-                "type": "https://slurmtower.dev/problems/InvalidInput", "title": "invalid input", "status": 400,
-                "detail": f"{param}: a NUL character is not allowed", "param": param,
-            })
+            response = _problem_response(
+                400, InvalidInput(f"{param}: a NUL character is not allowed", param=param).to_problem())
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
