@@ -50,7 +50,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from slurmtower.actions.ownership import OwnerTag, ReasonPart, holds_node, outside_holder, reason_holders
 from slurmtower.errors import Conflict, SlurmtowerError
 from slurmtower.models import Node, NodeFlag, NodeState
-from slurmtower.store.engine import READ_ONLY
+from slurmtower.store.engine import READ_ONLY, sqlite_file
 from slurmtower.store.schema import node_holds as _table
 
 __all__ = ["LOCK_TIMEOUT", "Hold", "HoldStore", "HoldsBusy", "node_holds", "out_since", "reconcile"]
@@ -250,8 +250,9 @@ class HoldStore:
             with self._pg_lock(deadline, timeout):
                 yield
             return
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            with _file_lock(Path(str(url.database) + ".holds-lock"), deadline, timeout):
+        database = sqlite_file(url)
+        if database is not None:
+            with _file_lock(Path(f"{database}.holds-lock"), deadline, timeout):
                 yield
             return
         key = url.render_as_string(hide_password=False) + f"#{id(self.engine.pool)}"

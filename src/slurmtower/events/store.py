@@ -49,7 +49,7 @@ from slurmtower.errors import InvalidInput, NotFound
 from slurmtower.events.transitions import NodeSnapshot, diff_states
 from slurmtower.models.event import Event, RuleRun
 from slurmtower.store import schema as _schema
-from slurmtower.store.engine import READ_ONLY, make_store_engine
+from slurmtower.store.engine import READ_ONLY, make_store_engine, memory_sqlite
 
 __all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult", "notify_channel"]
 
@@ -114,8 +114,7 @@ class EventStore:
         # SQLite's in-memory store shares one connection between threads: serialise its use.
         # Any other store has a connection per thread: a slow reader (an SSE catch-up) must
         # not hold up the sensor's recording, so nothing is serialised in Python there.
-        where = self._engine.url
-        shared = where.get_backend_name() == "sqlite" and where.database in (None, "", ":memory:")
+        shared = memory_sqlite(self._engine.url)
         self._lock: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if create:
             from slurmtower.store.migrate import check_or_create

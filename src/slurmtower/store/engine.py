@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
@@ -30,7 +30,19 @@ _SQLITE_TIMEOUT = 30.0
 #: Execution options of a read-only transaction (SQLite: a deferred BEGIN, no write lock).
 READ_ONLY = {"slurmtower_read_only": True}
 
-__all__ = ["READ_ONLY", "make_store_engine"]
+__all__ = ["READ_ONLY", "make_store_engine", "memory_sqlite", "sqlite_file"]
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL (``None``: another backend, or in memory)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(str(url.database))
+
+
+def memory_sqlite(url: URL) -> bool:
+    """An in-memory SQLite database: one connection, shared by every thread."""
+    return url.get_backend_name() == "sqlite" and sqlite_file(url) is None
 
 
 def make_store_engine(url: str) -> Engine:
@@ -41,9 +53,9 @@ def make_store_engine(url: str) -> Engine:
         raise ConfigError(f"store_url is not a database URL: {exc}", key="store_url") from exc
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
-    memory = parsed.database in (None, "", ":memory:")
-    if not memory:
-        path = Path(str(parsed.database))
+    path = sqlite_file(parsed)
+    memory = path is None
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # The store holds the callback key, the audit log and who did what: readable by
         # its owner only (SQLite gives its -wal and -shm files the same mode).

@@ -36,6 +36,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from slurmtower.store.engine import sqlite_file
+
 __all__ = ["Leadership", "process_identity"]
 
 log = logging.getLogger(__name__)
@@ -83,9 +85,9 @@ class Leadership:
         if url.get_backend_name() == "postgresql":
             self.kind = "postgresql"
             self._key = _lock_key(f"slurmtower:{name}:{schema or ''}")
-        elif url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        elif (database := sqlite_file(url)) is not None:
             self.kind = "file"
-            self._path = Path(f"{url.database}.{name}")
+            self._path = Path(f"{database}.{name}")
         elif url.get_backend_name() == "sqlite":
             self.kind = "process"
         else:

@@ -41,6 +41,7 @@ from sqlalchemy import Engine, MetaData, inspect, text
 from sqlalchemy.engine import Connection
 
 from slurmtower.errors import StoreSchemaError
+from slurmtower.store.engine import sqlite_file
 from slurmtower.store.schema import TABLE_NAMES, metadata, schema_options
 
 __all__ = [
@@ -184,11 +185,11 @@ def _refusal(state: StoreState, where: str) -> StoreSchemaError:
 
 @contextmanager
 def _file_lock(engine: Engine) -> Iterator[None]:
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    database = sqlite_file(engine.url)
+    if database is None:
         yield
         return
-    path = Path(str(url.database)).with_name(Path(str(url.database)).name + ".migrate-lock")
+    path = database.with_name(database.name + ".migrate-lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     handle: IO[bytes] = path.open("ab")
     try:
