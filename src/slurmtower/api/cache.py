@@ -40,7 +40,7 @@ import resource
 import time
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +61,7 @@ __all__ = [
     "Snapshot",
     "SnapshotCache",
     "query_key",
+    "read_capped",
     "respond",
     "services_of",
     "shared_cache",
@@ -724,6 +725,22 @@ def respond(request: Request, rendered: Rendered, clock: Callable[[], float] = t
         return Response(rendered.gzip, media_type="application/json", headers=headers)
     body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
     return Response(body, media_type="application/json", headers=headers)
+
+
+async def read_capped(request: Request, limit: int, refuse: Callable[[], Awaitable[Exception]]) -> bytes:
+    """The body, read up to ``limit`` bytes: a bigger one raises ``await refuse()`` as soon
+    as its Content-Length says so, or as soon as that many bytes came, never read in full."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise await refuse()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise await refuse()
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:

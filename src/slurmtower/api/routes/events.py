@@ -23,7 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from slurmtower.api.cache import shared_cache
+from slurmtower.api.cache import read_capped, shared_cache
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.api.services import BackgroundTask, Services, get_services
@@ -458,26 +458,19 @@ async def stream_events(
 
 
 async def _capped_body(request: Request, sensor: Sensor, client: str | None) -> bytes:
-    """The body, read up to MAX_BODY_BYTES: a bigger one is refused (413) as soon as its
-    Content-Length says so, or as soon as that many bytes came, never read in full."""
+    """The body, read up to MAX_BODY_BYTES (413 past it, never read in full); a refusal is
+    recorded as the sensor records every refused callback."""
     limit = MAX_BODY_BYTES
 
-    def refuse() -> PayloadTooLarge:
+    def record() -> PayloadTooLarge:
         exc = PayloadTooLarge(f"callback body over {limit} bytes", reason="too_large", param="body")
         sensor.record_refusal(exc, method=request.method, path=request.url.path, client_addr=client)
         return exc
 
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise await asyncio.to_thread(refuse)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise await asyncio.to_thread(refuse)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    async def refuse() -> PayloadTooLarge:
+        return await asyncio.to_thread(record)
+
+    return await read_capped(request, limit, refuse)
 
 
 @callback_router.post(

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from slurmtower.api.cache import read_capped
 from slurmtower.api.params import problems
 from slurmtower.api.security import ANONYMOUS, Perm, Principal, authenticate, require
 from slurmtower.api.services import Services, get_services
@@ -129,20 +130,11 @@ def _store(services: Services) -> EventStore:
 
 
 async def _capped_body(request: Request, limit: int) -> bytes:
-    """The body, read up to ``limit`` bytes: a bigger one is refused (413) as soon as its
-    Content-Length says so, or as soon as that many bytes came, never read in full."""
-    declared = request.headers.get("content-length")
-    too_large = PayloadTooLarge(f"body: over hooks.max_body_bytes ({limit} bytes)", param="body")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The body, read up to ``limit`` bytes (413 past it, never read in full)."""
+    async def refuse() -> PayloadTooLarge:
+        return PayloadTooLarge(f"body: over hooks.max_body_bytes ({limit} bytes)", param="body")
+
+    return await read_capped(request, limit, refuse)
 
 
 async def _record(services: Services, store: EventStore, alerts: list[ParsedAlert], *, via: str,
