@@ -266,10 +266,7 @@ class SnapshotCache:
         if entry.last_error is not None and now - entry.last_error_mono < interval:
             # Slurm failed a moment ago: don't ask again before the interval is over.
             return self._fallback(entry, entry.last_error)
-        if entry.inflight is None:
-            entry.inflight = asyncio.get_running_loop().create_task(self._refresh(resource, entry))
-            entry.inflight_mono = now
-            entry.inflight.add_done_callback(_retrieve)
+        self.kick(resource, force=True)  # one round, unless one runs
         if snap is not None and now - snap.fetched_mono < 2 * interval:
             # Refresh ahead: a snapshot just past its interval is served while the one query
             # runs, so no request waits for Slurm in steady state (X-Data-Age stays honest).
@@ -281,6 +278,7 @@ class SnapshotCache:
                 f"slurmctld did not answer the {resource} query within {self.slurm_wait:g} s",
                 resource=resource))
         inflight = entry.inflight
+        assert inflight is not None  # kicked above
         try:
             while True:
                 # The deadline moves when the round's Slurm query starts (a refresh worker
