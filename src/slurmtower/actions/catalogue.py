@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Catalogue",
     "Dispatcher",
+    "check_program",
     "cli_principal",
     "parse_cli_params",
     "program_allowed",
@@ -160,6 +161,14 @@ def program_allowed(program: str, allowlist: Iterable[str]) -> bool:
         return False
     executable = canonical.partition(" ")[0]
     return any(_entry_allows(entry.strip(), canonical, executable) for entry in allowlist if entry.strip())
+
+
+def check_program(settings: Settings | None, program: str, *, shown: str, what: str, param: str) -> None:
+    """Refuse ``program`` (:class:`PermissionDenied` naming ``shown`` and ``param``) unless
+    ``auth.trigger_program_allowlist`` allows it (:func:`program_allowed`)."""
+    allowlist = settings.auth.trigger_program_allowlist if settings is not None else []
+    if not program_allowed(program, allowlist):
+        raise PermissionDenied(f"{what} {shown!r} is not in auth.trigger_program_allowlist", param=param)
 
 
 def _check_key(key: str) -> None:
@@ -413,10 +422,7 @@ class Catalogue:
         return prior.envelope
 
     def _check_program(self, program: str) -> None:
-        allowlist = self.settings.auth.trigger_program_allowlist if self.settings is not None else []
-        if not program_allowed(program, allowlist):
-            raise PermissionDenied(f"trigger program {program.split()[0]!r} is not in "
-                                   "auth.trigger_program_allowlist", param="program")
+        check_program(self.settings, program, shown=program.split()[0], what="trigger program", param="program")
 
     @staticmethod
     def _envelope(spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run, *,

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 
 from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name
 from slurmtower.actions.registry import Run, action
-from slurmtower.errors import InvalidInput, PermissionDenied, SlurmtowerError
+from slurmtower.errors import InvalidInput, SlurmtowerError
 from slurmtower.models import JobState, NodeState
 from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet
@@ -116,12 +116,10 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
     run.nodes = str(ns)
     plans = {n.name: plan(n.name, p) for n in nodes}
     if p.check and run.via in ("api", "rule"):
-        from slurmtower.actions.catalogue import program_allowed
+        from slurmtower.actions.catalogue import check_program
 
-        allowlist = run.settings.auth.trigger_program_allowlist if run.settings is not None else []
-        if not program_allowed(shlex.split(p.check)[0], allowlist):
-            raise PermissionDenied(f"check program {shlex.split(p.check)[0]!r} is not in "
-                                   "auth.trigger_program_allowlist", param="check")
+        program = shlex.split(p.check)[0]
+        check_program(run.settings, program, shown=program, what="check program", param="check")
     if p.check_as_job and not p.check:
         raise InvalidInput("check_as_job needs a check", param="check_as_job")
     if p.wait and run.via != "cli":
