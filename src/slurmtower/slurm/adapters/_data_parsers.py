@@ -66,11 +66,6 @@ class DataParser:
         return f"v0.0.{self.number}"
 
     @property
-    def plugin(self) -> str:
-        """``openapi/v0.0.38`` before 23.02, ``data_parser/v0.0.45`` since."""
-        return f"{'openapi' if self.number <= 38 else 'data_parser'}/{self.name}"
-
-    @property
     def releases(self) -> tuple[str, ...]:
         """The releases that serve it, from :attr:`default_in` to before :attr:`removed_in`."""
         start = _key(self.default_in)
