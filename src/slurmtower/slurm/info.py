@@ -31,7 +31,7 @@ def deprecation_warning(status: dict[str, Any]) -> str | None:
         return None
     from slurmtower.slurm.adapters import data_parser_note
 
-    note = data_parser_note(int(str(api).rsplit(".", 1)[1]))
+    note = data_parser_note(str(api))
     head = f"slurmrestd marks API {api} deprecated{f' ({note})' if note else ''}"
     newest = status["newest_known"]
     if status["pinned"] and newest != api:
