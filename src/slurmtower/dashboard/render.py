@@ -1,5 +1,5 @@
 """The dashboard's page rendering, shared by every ``/ui`` route module: the Jinja2
-environment (autoescaping on), the pages of the navigation bar, and a natural sort key."""
+environment (autoescaping on), the pages of the navigation bar, and what every page is told."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from slurmtower import __version__
-from slurmtower.api.security import CSRF_HEADER, TOKEN_COOKIE
+from slurmtower.api.security import CSRF_HEADER, TOKEN_COOKIE, Principal
 
-__all__ = ["NAV", "env", "render"]
+__all__ = ["NAV", "env", "page_context", "render"]
 
 #: The navigation bar: (path, label), in order.
 NAV: tuple[tuple[str, str], ...] = (
@@ -33,3 +33,10 @@ def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse
     html = env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER, token_cookie=TOKEN_COOKIE,
                                          nav=NAV, **context)
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
+
+
+def page_context(principal: Principal, cluster_name: str | None, active: str) -> dict[str, Any]:
+    """What a page's header needs: who reads it, the cluster's name, the current page's path
+    and whether the reader may act (drain, resume ...)."""
+    return {"principal": principal, "cluster": cluster_name or "slurm", "active": active,
+            "can_operate": principal.may_operate}

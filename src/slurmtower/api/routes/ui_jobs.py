@@ -23,7 +23,7 @@ from slurmtower.api.routes.history import _check_names, accounting_db, accountin
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard import jobs_view as v
-from slurmtower.dashboard.render import render
+from slurmtower.dashboard.render import page_context, render
 from slurmtower.errors import AccountingUnavailable, InvalidInput, SlurmtowerError
 from slurmtower.models import Job, JobState, JobStep
 from slurmtower.models.accounting import HistoryJob, HistoryPage, HistoryStep
@@ -44,9 +44,8 @@ _PRIVATE_LABELS = {"work_dir": "work dir", "command": "command", "submit_line": 
 
 def _page(template: str, services: Services, principal: Principal, active: str, *, status_code: int = 200,
           **context: Any) -> HTMLResponse:
-    return render(template, status_code=status_code, principal=principal,
-                  cluster=services.settings.cluster_name or "slurm", active=active,
-                  can_operate=principal.may_operate, v=v, **context)
+    return render(template, status_code=status_code, v=v,
+                  **page_context(principal, services.settings.cluster_name, active), **context)
 
 
 def _error_page(services: Services, principal: Principal, active: str, exc: SlurmtowerError,

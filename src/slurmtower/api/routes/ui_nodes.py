@@ -35,7 +35,7 @@ from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.data import node_view
 from slurmtower.dashboard.nodes_map import build_map, node_entries, parse_filter
 from slurmtower.dashboard.nodes_timeline import CONDITIONS, build_timeline, describe_owner, human_duration
-from slurmtower.dashboard.render import render
+from slurmtower.dashboard.render import page_context, render
 from slurmtower.errors import InvalidInput, SlurmtowerError
 from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import JobState, Node
@@ -63,8 +63,8 @@ _GZIP_OVER = 32 * 1024
 
 
 def _common(services: Services, principal: Principal, **context: Any) -> dict[str, Any]:
-    return {"principal": principal, "cluster": services.settings.cluster_name or "slurm", "active": "/ui/nodes",
-            "can_operate": principal.may_operate, "conditions": CONDITIONS, "duration": human_duration,
+    return {**page_context(principal, services.settings.cluster_name, "/ui/nodes"),
+            "conditions": CONDITIONS, "duration": human_duration,
             "describe_owner": describe_owner, "live_seconds": MAP_LIVE_SECONDS,
             **context}
 

@@ -21,7 +21,7 @@ from slurmtower.api.routes.events import hidden_nodes
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.jobs_view import duration_text
-from slurmtower.dashboard.render import render
+from slurmtower.dashboard.render import page_context, render
 from slurmtower.models import Reservation
 from slurmtower.nodeset import NodeSet
 from slurmtower.visibility import Visibility
@@ -34,8 +34,7 @@ Reader = Annotated[Principal, require(Perm.READ)]
 
 
 def _page(services: Services, principal: Principal, template: str, active: str, **context: Any) -> HTMLResponse:
-    return render(template, principal=principal, cluster=services.settings.cluster_name or "slurm", active=active,
-                  can_operate=principal.may_operate, **context)
+    return render(template, **page_context(principal, services.settings.cluster_name, active), **context)
 
 
 @router.get("/partitions", response_class=HTMLResponse)
