@@ -607,8 +607,7 @@ async def nodes(request: Request, services: ServicesDep,
 def _nodes_with_holds(store: HoldStore, table: NodeTable, rows: Sequence[int], params: dict[str, str],
                       read_at: datetime) -> dict[str, Any]:
     chosen, cursor = _page_rows(table, rows, params, "n")
-    models = table.nodes()  # built once per table, shared with the dashboard
-    nodes = [models[r] for r in chosen]
+    nodes = [Node.model_validate_json(table.fragments[r]) for r in chosen]
     holds = node_holds(store, nodes, read_at=read_at)
     shown = []
     for r, node in zip(chosen, nodes, strict=True):
@@ -637,8 +636,7 @@ def _holds_body(store: HoldStore, table: NodeTable, node_set: NodeSet | None, re
     rows = set(table.select(state=_OUT)) | set(table.rows_of(store.nodes()))
     if node_set is not None:
         rows &= set(table.rows_of(node_set))
-    models = table.nodes()
-    nodes = [models[r] for r in sorted(rows)]
+    nodes = [Node.model_validate_json(table.fragments[r]) for r in sorted(rows)]
     holds = node_holds(store, nodes, read_at=read_at)
     shown = [{"name": n.name, "state": n.state_text, "reason": n.reason,
               "holds": [h.as_dict() for h in holds[n.name]]} for n in nodes if holds[n.name]]
