@@ -352,8 +352,15 @@ def early_job(devcluster: DevCluster) -> int:
 def test_jobs_page_lists_the_queue_squeue_shows_with_times_and_reasons(ui: httpx.Client, early_job: int,
                                                                       queue_jobs: dict[str, int]) -> None:
     def same() -> tuple[Page, list[dict[str, str]]] | None:
+        # The same jobs in the same states: a short job can go from PENDING to COMPLETED
+        # between the page's snapshot and the squeue call.
         page, want = _queue_page(ui), squeue()
-        return (page, want) if [r["id"] for r in page.rows] == sorted(int(w["id"]) for w in want) else None
+        states = {int(w["id"]): w["state"] for w in want}
+        if [r["id"] for r in page.rows] != sorted(states):
+            return None
+        settled = all(r["cells"]["state"].split()[0] == states[r["id"]] or states[r["id"]] == "COMPLETING"
+                      for r in page.rows)
+        return (page, want) if settled else None
 
     page, want = wait_for(same, 10, 0.5, what="the page to list what squeue lists")
     by_id = {int(w["id"]): w for w in want}
