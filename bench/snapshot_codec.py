@@ -8,8 +8,8 @@ Usage::
 Builds a :class:`~slurmtower.models.table.JobTable` of N jobs shaped like the text-form
 queue (a third running on 1-16 nodes of 5,000, the rest pending; 400 users, 40 accounts,
 the scale lab's partitions) and a 5,000-node :class:`~slurmtower.models.table.NodeTable`,
-then times :func:`~slurmtower.api.snapshot_codec.encode_snapshot` and
-:func:`~slurmtower.api.snapshot_codec.decode_snapshot` (best of ``--repeat``; "digest": the
+then times :func:`~slurmtower.live.codec.encode_snapshot` and
+:func:`~slurmtower.live.codec.decode_snapshot` (best of ``--repeat``; "digest": the
 content address the refresher computes for a changed value) with the
 fragments stored as they are and zlib level 1, the blob sizes, and with ``--redis`` a SET
 and a GET of the blob on that server (key ``slurmtower-bench:<pid>``, deleted at the end).
@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurmtower.api.snapshot_codec import blob_digest, decode_snapshot, encode_snapshot
+from slurmtower.live.codec import blob_digest, decode_snapshot, encode_snapshot
 from slurmtower.models import Job, JobState, Node, NodeState
 from slurmtower.models.table import JobTable, NodeTable
 

@@ -21,8 +21,8 @@ from slurmtower.actions.envelope import UNRECORDED_EXIT_CODE
 from slurmtower.actions.store import StoreError
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
-from slurmtower.api.services import Services
 from slurmtower.errors import Conflict, NotFound
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.store.schema import action_executions

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
-from slurmtower.api.services import Services
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
 

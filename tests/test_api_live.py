@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from slurmtower.api import create_app
-from slurmtower.api.cache import SnapshotCache
-from slurmtower.api.routes.live import build_usage
 from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster
+from slurmtower.live.cache import SnapshotCache
+from slurmtower.live.usage import build_usage
 from slurmtower.models import Job, JobState, Node, NodeState, Partition
 from slurmtower.settings import Settings, TokenEntry
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slurmtower.api import Services, create_app
-from slurmtower.api.cache import SnapshotCache
-from slurmtower.api.routes.load import LoadArchive, LoadSample
+from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
+from slurmtower.live.archive import LoadArchive, LoadSample
+from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
+from slurmtower.store.engine import make_store_engine
 
 from .api_server import running
 from .conftest import wait_for
@@ -34,6 +35,7 @@ def archiving(settings: Settings, wait: float) -> Settings:
     settings.events.sensor_enabled = False
     settings.archiver.archive_usage_load = True
     settings.archiver.archive_wait_time = wait
+    settings.api.leader_interval = 0.3  # the archiver role passes on within a round of elections
     return settings
 
 
@@ -99,8 +101,7 @@ def test_failing_rounds_back_off_instead_of_spinning(settings: Settings, tmp_pat
 
 def test_retention_drops_old_samples(settings: Settings) -> None:
     settings.archiver.retention_days = 1
-    services = Services.from_settings(settings)
-    archive = LoadArchive.from_settings(services)
+    archive = LoadArchive(engine=make_store_engine(settings.effective_store_url()))
     now = time.time()
     archive.add(sample_at(now - 3 * 86400), retention_seconds=10 * 86400)
     archive.add(sample_at(now - 3600), retention_seconds=10 * 86400)
@@ -112,7 +113,7 @@ def test_retention_drops_old_samples(settings: Settings) -> None:
 def test_load_time_and_offset_select_the_window(settings: Settings) -> None:
     settings.archiver.archive_wait_time = 60
     now = time.time()
-    archive = LoadArchive.from_settings(Services.from_settings(settings))
+    archive = LoadArchive(engine=make_store_engine(settings.effective_store_url()))
     for age in (30, 150, 200, 400):
         archive.add(sample_at(now - age), retention_seconds=10 * 86400)
     with running(create_app(archiving(settings, 60))) as http:

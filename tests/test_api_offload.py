@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from slurmtower.api import create_app
-from slurmtower.api.cache import SnapshotCache
 from slurmtower.devcluster import DevCluster
+from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
 
 from .api_server import running

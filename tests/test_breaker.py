@@ -24,11 +24,11 @@ import yaml
 from slurmtower.actions import Catalogue, rule_dispatcher
 from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, BreakerTripped
 from slurmtower.api import create_app
-from slurmtower.api.services import Services
 from slurmtower.devcluster import DevCluster
 from slurmtower.errors import PermissionDenied
 from slurmtower.events.store import EventStore
 from slurmtower.models.event import NODE_STATE
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 

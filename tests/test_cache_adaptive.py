@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from slurmtower.api.cache import SnapshotCache
+from slurmtower.live.cache import SnapshotCache
 
 
 def _burn(seconds: float) -> int:

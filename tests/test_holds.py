@@ -23,8 +23,8 @@ import yaml
 from slurmtower.actions import ActionStore, Catalogue, rule_dispatcher
 from slurmtower.actions.holds import HoldStore, node_holds
 from slurmtower.api import create_app
-from slurmtower.api.services import Services
 from slurmtower.errors import Conflict
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 

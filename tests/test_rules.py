@@ -611,7 +611,7 @@ def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settin
     """Each example under examples/rules, enabled, through the engine `serve` builds: the
     keys the templates read (config.webhook_url, config.chassis, config.python,
     config.key_file ...) come from the settings, and no run ends in render_error."""
-    from slurmtower.api.routes.events import build_rule_engine
+    from slurmtower.runtime.sensor import build_rule_engine
     from slurmtower.settings import Settings
 
     rules_dir = tmp_path / "rules"
@@ -651,7 +651,7 @@ def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settin
 
 
 def test_rules_config_cannot_override_slurmtowers_own_keys(store: EventStore, tmp_path: Path) -> None:
-    from slurmtower.api.routes.events import build_rule_engine
+    from slurmtower.runtime.sensor import build_rule_engine
     from slurmtower.settings import Settings
 
     settings = Settings(state_dir=tmp_path)

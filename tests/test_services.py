@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from slurmtower.api import create_app
-from slurmtower.api.services import Services
 from slurmtower.errors import ConfigError
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings
 
 
@@ -44,7 +44,7 @@ def test_each_role_is_led_once_and_a_process_leads_only_what_it_runs(tmp_path: P
     off (archiver only) on one store each lead their own role; two of a kind, one runs."""
     import asyncio
 
-    from slurmtower.api.services import BackgroundTask
+    from slurmtower.runtime import BackgroundTask
 
     ran: list[str] = []
 

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 import redis
 
-from slurmtower.api.cache import SnapshotCache
-from slurmtower.api.shared import (
+from slurmtower.live.cache import SnapshotCache
+from slurmtower.live.codec import MAGIC, decode_snapshot, encode_snapshot
+from slurmtower.live.sharing import (
     FOLLOWER,
     REFRESHER,
     UNREACHABLE,
     SharedSnapshots,
     deployment_prefix,
 )
-from slurmtower.api.snapshot_codec import MAGIC, decode_snapshot, encode_snapshot
 from slurmtower.models import ControllerStats, Job, JobState, Node, NodeState, Partition
 from slurmtower.models.stats import RpcStat
 from slurmtower.models.table import JobTable, NodeTable

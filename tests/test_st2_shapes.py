@@ -25,7 +25,7 @@ import yaml
 from slurmtower.actions import st2
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
-from slurmtower.api.services import Services
+from slurmtower.runtime import Services
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.slurm import adapters as ad

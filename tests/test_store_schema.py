@@ -51,9 +51,9 @@ from sqlalchemy.types import TypeDecorator
 
 from slurmtower.actions.store import ActionStore
 from slurmtower.api import create_app
-from slurmtower.api.routes.load import LoadArchive
 from slurmtower.errors import StoreSchemaError
 from slurmtower.events.store import EventStore
+from slurmtower.live.archive import LoadArchive
 from slurmtower.models.event import NODE_STATE, Event
 from slurmtower.settings import Settings
 from slurmtower.store import migrate
@@ -365,7 +365,7 @@ def test_a_released_store_is_refused_then_upgraded_keeping_every_row(store: Stor
         assert [r.parameters for r in audit] == [r["parameters"] for r in reversed(written["action_audit"])]
     finally:
         actions.close()
-    archive = LoadArchive(engine=make_store_engine(store.cli_url), holder="new", lease_seconds=10)
+    archive = LoadArchive(engine=make_store_engine(store.cli_url), holder="new")
     try:
         samples = archive.window(0, T0.timestamp() + 10)
         assert [s.timestamp for s in samples] == [r["ts"] for r in written["load_samples"]]
@@ -453,7 +453,7 @@ def test_an_empty_store_is_created_at_head(store: Store, opened_by: str) -> None
     elif opened_by == "ActionStore":
         ActionStore(store.cli_url).close()
     elif opened_by == "LoadArchive":
-        archive = LoadArchive(engine=make_store_engine(store.cli_url), holder="h", lease_seconds=10)
+        archive = LoadArchive(engine=make_store_engine(store.cli_url), holder="h")
         assert archive.window(0, 1) == []
         archive.engine.dispose()
     else:

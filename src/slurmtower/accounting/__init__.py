@@ -13,10 +13,12 @@ from slurmtower.accounting.db import FIND_JOBS_CRITERIA, AccountingDB, decode_wa
 from slurmtower.accounting.query import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    NAME,
     Comparator,
     Cursor,
     HistoryOrder,
     HistoryQuery,
+    check_names,
     parse_history_query,
     parse_job_state,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_LIMIT",
     "FIND_JOBS_CRITERIA",
     "MAX_LIMIT",
+    "NAME",
     "AccountingDB",
     "AccountingTables",
     "Comparator",
@@ -33,6 +36,7 @@ __all__ = [
     "HistoryOrder",
     "HistoryQuery",
     "build_tables",
+    "check_names",
     "decode_wait_status",
     "parse_history_query",
     "parse_job_state",

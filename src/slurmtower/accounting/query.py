@@ -48,10 +48,12 @@ from slurmtower.models.accounting import JOB_STATE_NAMES
 __all__ = [
     "DEFAULT_LIMIT",
     "MAX_LIMIT",
+    "NAME",
     "Comparator",
     "Cursor",
     "HistoryOrder",
     "HistoryQuery",
+    "check_names",
     "parse_history_query",
     "parse_job_state",
 ]
@@ -280,3 +282,16 @@ def parse_history_query(raw_query_string: str) -> HistoryQuery:
         if query.offset:
             raise InvalidInput("give either offset or cursor, not both", param="offset")
     return query
+
+
+#: User, account and partition names Slurm accepts (POSIX-ish names; '@' for LDAP domains).
+#: Anything else (quotes, spaces, SQL) is refused rather than looked up.
+NAME = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,127}")
+
+
+def check_names(query: HistoryQuery) -> None:
+    """Refuse a query whose user, partition or account is no name Slurm accepts (400)."""
+    for param in ("user", "partition", "account"):
+        value = getattr(query, param)
+        if value is not None and not NAME.fullmatch(value):
+            raise InvalidInput(f"{param} is not a valid {param} name: {value[:60]!r}", param=param)

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from slurmtower.api.app import create_app
-from slurmtower.api.services import BackgroundTask, Services
+from slurmtower.runtime import BackgroundTask, Services
 
 __all__ = ["BackgroundTask", "Services", "create_app"]

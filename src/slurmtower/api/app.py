@@ -1,8 +1,10 @@
 """The FastAPI application: thin routes over the library.
 
 Route modules live in :mod:`slurmtower.api.routes`; each exposes ``router`` and may expose
-``setup(services)`` to register background tasks or shared objects. Library errors become
-HTTP problems in exactly one place, :func:`_problem`.
+``setup(services, app)`` for HTTP-only wiring (middleware, extra routers). What the routes
+read is built by the runtime (:func:`slurmtower.runtime.assemble`, from the parts the
+chosen route modules need: :data:`ROUTE_PARTS`) and started and stopped in the app's
+lifespan. Library errors become HTTP problems in exactly one place, :func:`_problem`.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from slurmtower import __version__
 from slurmtower.api.params import PROBLEM, add_problem_schema
-from slurmtower.api.services import Services
 from slurmtower.errors import ConfigError, InvalidInput, SlurmtowerError
+from slurmtower.runtime import Services, assemble, start, stop
 from slurmtower.settings import Settings
 
-__all__ = ["ROUTE_MODULES", "create_app"]
+__all__ = ["ROUTE_MODULES", "ROUTE_PARTS", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,22 @@ ROUTE_MODULES = (
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
     "ui_pages",  # /ui/partitions, /ui/reservations
 )
+
+#: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
+ROUTE_PARTS: dict[str, tuple[str, ...]] = {
+    "health": (),
+    "live": ("live",),
+    "history": ("accounting",),
+    "load": ("live", "archive"),
+    "events": ("events",),
+    "actions": ("actions",),
+    "hooks": ("event-store",),
+    "metrics": ("live",),
+    "dashboard": ("live",),
+    "ui_jobs": ("live", "accounting"),
+    "ui_nodes": ("live",),
+    "ui_pages": ("live",),
+}
 
 def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
@@ -141,22 +159,15 @@ def create_app(
             raise ValueError("create_app needs settings or services")
         services = Services.from_settings(settings)
     modules = _route_modules(route_modules)
+    assemble(services, {part for name in route_modules for part in ROUTE_PARTS.get(name, ())})
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        for module in modules:
-            startup = getattr(module, "startup", None)
-            if startup is not None:
-                await startup(services)
-        await services.start_background()
+        await start(services)
         try:
             yield
         finally:
-            await services.stop_background()
-            for module in reversed(modules):
-                shutdown = getattr(module, "shutdown", None)
-                if shutdown is not None:
-                    await shutdown(services)
+            await stop(services)
 
     app = FastAPI(
         title=title,

@@ -20,7 +20,7 @@ Checking a token costs microseconds, so it runs on the event loop: a thread hop 
 halves the throughput of cached reads and multiplies their p99. Only blocking work leaves
 the loop: fetching the JWKS (when it is older than five minutes, or does not know a token's
 ``kid``) and a plain ``authenticate_other`` hook. The outcome is kept on the request, so the
-cached fast path (:class:`~slurmtower.api.cache.FastReads`) and the route it may hand over
+cached fast path (:class:`~slurmtower.api.reads.FastReads`) and the route it may hand over
 to check a request (and count a failure) once.
 
 Failed attempts are counted per client address; past ``auth.login_failures_per_minute`` the

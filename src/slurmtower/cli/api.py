@@ -79,9 +79,9 @@ def serve(
     sys.setswitchinterval(SWITCH_INTERVAL)
     if settings.api.workers > 1:
         # Each worker builds its own app from the same file and environment; the load
-        # archiver's lease keeps exactly one of them sampling. Their counters go to files
+        # archiver role's election keeps exactly one of them sampling. Their counters go to files
         # in a directory of their own, which every scrape sums (routes/metrics.py).
-        from slurmtower.api.routes.metrics import MULTIPROCESS_VARIABLE, multiprocess_dir
+        from slurmtower.runtime.metrics import MULTIPROCESS_VARIABLE, multiprocess_dir
 
         with multiprocess_dir(settings.state_dir, settings.api.port) as metrics_dir:
             os.environ[MULTIPROCESS_VARIABLE] = str(metrics_dir)

@@ -30,8 +30,8 @@ from typing import Any
 from urllib.parse import quote_plus, unquote_plus, urlencode
 
 from slurmtower.accounting.query import HistoryQuery, parse_history_query
-from slurmtower.api.routes.live import _JOB_STATE_CODES, _encode_cursor, _mapped, _node_set, _words
 from slurmtower.errors import InvalidInput
+from slurmtower.live.filters import JOB_STATE_WORDS, QueueFilter, encode_cursor
 from slurmtower.models import Job, JobState
 from slurmtower.models.accounting import JOB_STATE_NAMES, HistoryJob, HistoryStep
 from slurmtower.models.job import step_label
@@ -71,7 +71,6 @@ SORTS: dict[str, str] = {"id": "job id", "user": "user", "account": "account", "
 PAGE_SIZES = (25, 50, 100, 200, 500)
 DEFAULT_PAGE = 50
 #: The job state words ``state=`` takes on the queue page (as ``/queue``: names or squeue's codes).
-JOB_STATE_WORDS: dict[str, str] = {**{s.value: s.value for s in JobState}, **_JOB_STATE_CODES}
 #: Links to at most this many nodes of a job; beyond, the folded node set is shown as text.
 NODE_LINKS = 16
 
@@ -205,17 +204,7 @@ def parse_queue_query(params: Mapping[str, str]) -> QueueQuery:
         InvalidInput: a filter ``/queue`` would refuse, an unknown sort, a bad page size or link.
     """
     given = {k: v.strip() for k, v in params.items() if v.strip()}
-    filters: dict[str, frozenset[str]] = {}
-    for name in ("user", "account", "partition", "name"):
-        words = _words(given, name)
-        if words is not None:
-            filters[name] = frozenset(words)
-    states = _mapped(given, "state", JOB_STATE_WORDS)
-    if states is not None:
-        filters["state"] = frozenset(states)
-    nodes = _node_set(given)
-    if nodes is not None:
-        filters["nodes"] = frozenset(nodes)
+    filters = QueueFilter.from_params(given).columns()
     search = given.get("q")
     if search is not None and (len(search) > 200 or any(ord(c) < 32 for c in search)):
         raise InvalidInput("q: a search is at most 200 printable characters", param="q")
@@ -324,7 +313,7 @@ def page_queue(table: JobTable, query: QueueQuery) -> JobPage:
         return raw if column is None else (_value_key(raw[0]), raw[1])
 
     def cursor(row: int) -> str:
-        return _encode_cursor(_cursor_kind(query.sort), keys[row] if column is None else [column[row], keys[row]])
+        return encode_cursor(_cursor_kind(query.sort), keys[row] if column is None else [column[row], keys[row]])
 
     start = 0
     if query.after is not None:

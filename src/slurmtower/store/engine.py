@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,31 @@ def memory_sqlite(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and sqlite_file(url) is None
 
 
+#: The process's engine of each store (by URL): every part (events, actions, the archive, the
+#: elections) shares one pool per store. In-memory SQLite is never shared (each is its own database).
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 def make_store_engine(url: str) -> Engine:
-    """An engine on slurmtower's own store. Raises :class:`ConfigError` for a bad URL."""
+    """The process's engine on slurmtower's own store at ``url`` (one per store and process;
+    an in-memory SQLite URL gets a new database each call). Raises :class:`ConfigError` for a
+    bad URL."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
         raise ConfigError(f"store_url is not a database URL: {exc}", key="store_url") from exc
+    if memory_sqlite(parsed):
+        return _new_engine(parsed)
+    key = parsed.render_as_string(hide_password=False)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None or engine.pool is None:
+            engine = _ENGINES[key] = _new_engine(parsed)
+        return engine
+
+
+def _new_engine(parsed: URL) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     path = sqlite_file(parsed)

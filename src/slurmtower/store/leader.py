@@ -15,7 +15,7 @@ uses what the deployment already runs, its store:
   releases when the process dies.
 * An in-memory SQLite store lives in one process: that process leads.
 
-:class:`Leadership` only elects; :class:`~slurmtower.api.services.Services` starts and
+:class:`Leadership` only elects; :class:`~slurmtower.runtime.Services` starts and
 stops the leader's background tasks (``BackgroundTask.needs_leader``) when it changes.
 """
 

@@ -7,7 +7,7 @@ The store (SQLite under ``state_dir`` by default, any SQLAlchemy URL) holds:
 ``action_executions``, ``action_audit``
     every action's envelope and the audit log (:mod:`slurmtower.actions.store`);
 ``load_samples``, ``leases``
-    the load archive and the archiver lease (:mod:`slurmtower.api.routes.load`);
+    the load archive (:mod:`slurmtower.live.archive`) and the leases;
 ``deployment``
     deployment-wide values (the sensor's UUID, the callback key ...), one row per name;
 ``login_failures``

@@ -10,26 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from slurmtower.actions import AuditRecord, Catalogue, Envelope, st2
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import BackgroundTask, Services, get_services
 from slurmtower.errors import PermissionDenied
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
-__all__ = ["AuditPage", "router", "setup", "shutdown"]
+__all__ = ["AuditPage", "router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["actions"])
-ServicesDep = Annotated[Services, Depends(get_services)]
 _PERM = {"read": Perm.READ, "operate": Perm.OPERATE, "admin": Perm.ADMIN}
 ActionName = Annotated[str, Path(description="An action name, e.g. `slurm.node.drain` (see `GET /actions`).")]
 Format = Annotated[str, Query(
@@ -43,42 +42,6 @@ class AuditPage(BaseModel):
     records: list[AuditRecord]
     next_before: int | None = None
     """Pass as ``before`` for the next (older) page."""
-
-
-def setup(services: Services, _app: Any = None) -> None:
-    """Build the catalogue (once: the rule engine shares it) and declare the purge of old
-    executions (``actions.retention_days``), run by the archiver's leader."""
-    services.action_catalogue()
-    settings = services.settings.actions
-
-    async def purge_round() -> float:
-        store = _catalogue(services).store
-        cutoff = datetime.now(UTC) - timedelta(days=settings.retention_days)
-        purged = await asyncio.to_thread(store.purge_executions, older_than=cutoff)
-        if purged:
-            log.info("purged %d executions started before %s", purged, cutoff.isoformat())
-        return settings.purge_interval
-
-    services.background.append(BackgroundTask(name="execution-purge", run=purge_round, role="archiver"))
-
-    async def maintenance_round() -> float:
-        # Maintenance runs (slurm.node.maintain) go on from their events: in the archiver's
-        # leader, one step at a time, after a restart too.
-        store = services.event_store
-        if store is None:
-            return settings.maintenance_interval
-        from slurmtower.actions.maintain import Maintenance
-
-        runner = Maintenance(_catalogue(services), store, state_dir=services.settings.state_dir)
-        await asyncio.to_thread(runner.advance)
-        return settings.maintenance_interval
-
-    services.background.append(BackgroundTask(name="maintenance", run=maintenance_round, role="archiver"))
-
-
-async def shutdown(services: Services) -> None:
-    if services.catalogue is not None:
-        services.catalogue.store.close()
 
 
 def _catalogue(services: Services) -> Catalogue:

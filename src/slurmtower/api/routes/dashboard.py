@@ -18,18 +18,16 @@ from datetime import UTC, datetime
 from importlib import resources as package_files
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.cache import Snapshot, shared_cache
-from slurmtower.api.routes.events import hidden_nodes
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.security import (
     LoginRateLimited,
     Perm,
     Principal,
     require,
 )
-from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.data import node_view
 from slurmtower.dashboard.jobs_view import duration_text, job_times
 from slurmtower.dashboard.overview import (
@@ -41,15 +39,16 @@ from slurmtower.dashboard.overview import (
 )
 from slurmtower.dashboard.render import render
 from slurmtower.errors import AuthenticationError, NotFound, SlurmtowerError
+from slurmtower.live.cache import Snapshot
 from slurmtower.models import JobState
 from slurmtower.models.node import node_sort_key
 from slurmtower.models.table import JobTable
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
 __all__ = ["VENDORED", "overview", "router", "setup"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
-ServicesDep = Annotated[Services, Depends(get_services)]
 Reader = Annotated[Principal, require(Perm.READ)]
 
 #: Files under dashboard/static that may be served, with their media types.
@@ -93,7 +92,7 @@ class _Overview:
 _OVERVIEWS: dict[int, _Overview] = {}
 
 
-def _overview(snaps: Sequence[Snapshot], policy: Visibility) -> _Overview:
+def _overview(snaps: Sequence[Snapshot[Any]], policy: Visibility) -> _Overview:
     """Built off the event loop: 5,000 node models and their boxes, partition sums."""
     nodes_snap, jobs_snap, parts_snap = snaps
     node_models = policy.nodes(nodes_snap.value.nodes())
@@ -113,10 +112,10 @@ def _overview(snaps: Sequence[Snapshot], policy: Visibility) -> _Overview:
         queue_rows=[*running, *others][:_QUEUE_LIMIT], queue_total=len(running) + len(others))
 
 
-async def overview(services: Services) -> tuple[_Overview, Sequence[Snapshot]]:
+async def overview(services: Services) -> tuple[_Overview, Sequence[Snapshot[Any]]]:
     """The viewer-independent part of the overview (also the partitions page's rows) of the
     current snapshots, made once per snapshot set."""
-    cache = shared_cache(services)
+    cache = services.live_cache()
     snaps = await cache.get_all("nodes", "jobs", "partitions")
     key = tuple((s.resource, s.generation, s.stale) for s in snaps)
     view = _OVERVIEWS.get(id(cache))
@@ -158,7 +157,7 @@ async def _recent_events(services: Services) -> list[EventLine]:
     store = services.event_store
     if store is None:
         return []
-    hidden = await hidden_nodes(services)
+    hidden = await services.live().hidden_nodes()
     found = await asyncio.to_thread(store.query, limit=_EVENTS * 2 if hidden else _EVENTS, descending=True)
     return [event_line(ev) for ev in found if ev.node not in hidden][:_EVENTS]
 

@@ -1,8 +1,8 @@
 """/events, /events/stream (SSE) and the trigger callback ``POST /{uuid}/{class}/{type}``.
 
-``setup`` opens the event store, builds the sensor (and the rule engine when
-``events.rules_dir`` is set) and registers the sensor as a background task, so it runs
-inside ``slurmtower serve``; ``slurmtower sensor`` builds the same pieces alone.
+The event store, the sensor and its rules are the runtime's (:mod:`slurmtower.runtime.sensor`,
+built by :func:`slurmtower.runtime.assemble` for ``serve`` and ``slurmtower sensor`` alike);
+these routes read them.
 
 The callback route keeps the StackStorm sensor's URL layout for compatibility, but the
 ``uuid`` segment only matches a UUID (Starlette's ``uuid`` convertor), so it can never
@@ -20,40 +20,29 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from slurmtower.api.cache import read_capped, shared_cache
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
+from slurmtower.api.reads import read_capped
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import BackgroundTask, Services, get_services
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge
 from slurmtower.events.callback import MAX_BODY_BYTES
 from slurmtower.events.feed import EventFeed, Subscription
 from slurmtower.events.sensor import Sensor
 from slurmtower.events.store import EventStore
 from slurmtower.models.event import Event, RuleRun
-from slurmtower.settings import Settings
-from slurmtower.slurm import SlurmClient
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
-__all__ = [
-    "build_rule_engine",
-    "build_sensor",
-    "forward_tasks",
-    "hidden_nodes",
-    "router",
-    "rules_config",
-    "sensor_task",
-    "setup",
-]
+__all__ = ["callback_router", "router", "setup"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["events"])
 callback_router = APIRouter(tags=["events"])
 """The trigger callback: included by :func:`setup` only where the sensor runs."""
-ServicesDep = Annotated[Services, Depends(get_services)]
 
 STREAM_POLL_SECONDS = 0.5
 STREAM_HEARTBEAT_SECONDS = 15.0
@@ -67,180 +56,14 @@ MAX_PAGE = 1000
 # -- wiring -------------------------------------------------------------------------------
 
 
-def _catalogue_dispatcher(settings: Settings, client: SlurmClient) -> Any:
-    """The action catalogue as the rule engine's dispatcher (rules act as principal ``<rule>``,
-    via ``rule``: drains they make carry ``[slurmtower:<rule>@rule]``)."""
-    from slurmtower.actions import Catalogue, rule_dispatcher
-
-    return rule_dispatcher(Catalogue.from_settings(settings, client=client))
-
-
-class _LazyDispatcher:
-    """The process's catalogue as the rule engine's dispatcher, built on the first rule run."""
-
-    def __init__(self, services: Services) -> None:
-        self._services = services
-        self._dispatch: Any = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._dispatch is None:
-            from slurmtower.actions import rule_dispatcher
-
-            self._dispatch = rule_dispatcher(self._services.action_catalogue())
-        return self._dispatch(*args, **kwargs)
-
-
-def rules_config(settings: Settings) -> dict[str, Any]:
-    """The ``config`` mapping rules see: slurmtower's keys, then ``events.rules_config``.
-
-    Raises :class:`ConfigError` when ``events.rules_config`` sets one of slurmtower's keys
-    (a rule must not be able to point the notify program elsewhere by configuration typo).
-    """
-    from slurmtower.events.sensor import callback_url, notify_program_file
-
-    own: dict[str, Any] = {
-        "notify_program": str(notify_program_file(settings)),
-        "python": str(settings.events.notify_python),
-        "callback_url": callback_url(settings),
-        "key_file": str(settings.effective_key_file()),
-        "cluster_name": settings.cluster_name,
-    }
-    clash = sorted(set(own) & set(settings.events.rules_config))
-    if clash:
-        raise ConfigError(f"events.rules_config: {', '.join(clash)} is set by slurmtower itself",
-                          key=f"events.rules_config.{clash[0]}")
-    return {**own, **settings.events.rules_config}
-
-
-def build_rule_engine(
-    settings: Settings, store: EventStore, client: SlurmClient, *, dispatcher: Any = None
-) -> Any:
-    """The rule engine over ``events.rules_dir`` (``None`` when no directory is set).
-
-    Rule files with errors are logged with their file and rule name; the others load.
-    """
-    if settings.events.rules_dir is None:
-        return None
-    from slurmtower.rules import RuleEngine, WebhookOptions, load_rules
-
-    rules, errors = load_rules(settings.events.rules_dir)
-    for err in errors:
-        log.error("rule not loaded: %s", err)
-    secret = settings.events.webhook_secret
-    return RuleEngine(
-        rules,
-        store,
-        dispatcher if dispatcher is not None else _catalogue_dispatcher(settings, client),
-        config=rules_config(settings),
-        webhook=WebhookOptions(secret=secret.get_secret_value().encode() if secret else None),
-    )
-
-
-def build_sensor(
-    settings: Settings,
-    client: SlurmClient,
-    store: EventStore | None = None,
-    *,
-    dispatcher: Any = None,
-    arm_triggers: bool = True,
-) -> Sensor:
-    """A sensor over ``settings.effective_store_url()`` (or ``store``) with its rules."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    store = store or EventStore(settings.effective_store_url())
-    engine = build_rule_engine(settings, store, client, dispatcher=dispatcher)
-    return Sensor(settings, client, store, rules=engine, arm_triggers=arm_triggers)
-
-
-def sensor_task(sensor: Sensor, leading: Any = None) -> BackgroundTask:
-    """The sensor as a background task (the leader's): start (arm triggers) once, then poll;
-    purge hourly. ``leading()`` tells at stop whether this process still leads: a process
-    that lost the lead leaves the triggers to the new leader."""
-    state: dict[str, float] = {"next_purge": 0.0}
-
-    async def run() -> float:
-        loop = asyncio.get_running_loop()
-        if not sensor.started:
-            await asyncio.to_thread(sensor.start)
-        else:
-            await asyncio.to_thread(sensor.poll)
-            if sensor.rules is not None and sensor.settings.hooks.enabled:
-                # Events recorded by other means (alerts posted to /hooks/*, in any process)
-                # meet the rules within a round too, though no node changed.
-                await asyncio.to_thread(sensor.run_rules)
-        if loop.time() >= state["next_purge"]:
-            from datetime import timedelta
-
-            days = sensor.settings.events.retention_days
-            await asyncio.to_thread(sensor.store.purge, timedelta(days=days))
-            state["next_purge"] = loop.time() + 3600.0
-        return sensor.settings.events.poll_interval
-
-    async def on_stop() -> None:
-        await asyncio.to_thread(sensor.stop, disarm=leading is None or bool(leading()))
-
-    return BackgroundTask(name="sensor", run=run, on_stop=on_stop, max_backoff=60.0, needs_leader=True,
-                          role="sensor")
-
-
-def refusals_task(sensor: Sensor) -> BackgroundTask:
-    """Every process: record the refused callbacks counted over minutes that are over."""
-
-    async def run() -> float:
-        await asyncio.to_thread(sensor.flush_refusals)
-        return 15.0
-
-    async def on_stop() -> None:
-        from datetime import UTC, timedelta
-        from datetime import datetime as dt
-
-        await asyncio.to_thread(sensor.flush_refusals, dt.now(UTC) + timedelta(minutes=2))
-
-    return BackgroundTask(name="callback-refusals", run=run, on_stop=on_stop, needs_leader=False)
-
-
-def forward_tasks(services: Services, store: EventStore) -> list[BackgroundTask]:
-    """One task per ``hooks.forward`` target, the sensor leader's (:mod:`slurmtower.events.forward`)."""
-    from slurmtower.events.forward import forwarders
-
-    def registry() -> Any:
-        return services.metrics.registry if services.metrics is not None else None
-
+def setup(services: Services, app: FastAPI) -> None:
+    """Serve the trigger callback where the sensor runs: every process that may lead the
+    sensor takes callbacks (the deployment's key and UUID); a process whose sensor runs
+    elsewhere serves no callback route at all. The sensor itself is the runtime's
+    (:func:`slurmtower.runtime.assemble`)."""
     settings = services.settings
-    return [BackgroundTask(name=f"forward:{fwd.target.name}", run=fwd.round, on_stop=fwd.close,
-                           max_backoff=settings.hooks.forward_max_backoff, role="sensor")
-            for fwd in forwarders(settings, store, registry=registry)]
-
-
-def setup(services: Services, _app: FastAPI | None = None) -> None:
-    """Open the store, build the sensor and run it in the background (``events.sensor_enabled``)."""
-    settings = services.settings
-    store = services.event_store
-    if store is None:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-        store = services.event_store = EventStore(settings.effective_store_url())
-    sensor = services.sensor
-    if sensor is None:
-        # Rules act through the process's one catalogue (its store, its accounting reader),
-        # built lazily: a sensor without rules never builds it.
-        dispatcher = _LazyDispatcher(services) if settings.events.rules_dir is not None else None
-        sensor = services.sensor = build_sensor(settings, services.client, store, dispatcher=dispatcher)
-    sensor.leading = lambda: services.leads("sensor")
-    if services.event_feed is None:
-        feed = services.event_feed = EventFeed(store)
-
-        async def close_feed() -> None:
-            await asyncio.to_thread(feed.close)
-
-        services.background.append(BackgroundTask(name="event-feed", run=feed.round, on_stop=close_feed,
-                                                  max_backoff=5.0, needs_leader=False))
     if settings.events.sensor_enabled and not services.sensor_external:
-        services.background.append(sensor_task(sensor, lambda: services.leadership("sensor").is_leader))
-        # Every process that may lead the sensor takes callbacks (the deployment's key and
-        # UUID); a process whose sensor runs elsewhere serves no callback route at all.
-        if _app is not None:
-            _app.include_router(callback_router)
-        services.background.append(refusals_task(sensor))
-        services.background.extend(forward_tasks(services, store))
+        app.include_router(callback_router)
 
 
 def _store(services: Services) -> EventStore:
@@ -285,7 +108,7 @@ async def list_events(
     if start is not None and end is not None and start.tzinfo and end.tzinfo and end <= start:
         raise InvalidInput("end must be after start", param="end")
     store = _store(services)
-    hidden = await hidden_nodes(services)
+    hidden = await services.live().hidden_nodes()
     found = await asyncio.to_thread(
         store.query, since_id=since, types=_types(type_), node=node, start=start, end=end, limit=limit
     )
@@ -302,7 +125,7 @@ async def list_rule_runs(
 ) -> list[RuleRun]:
     """Recorded rule runs (the trace: rule, event id, outcome, envelope), oldest first."""
     store = _store(services)
-    hidden = await hidden_nodes(services)
+    hidden = await services.live().hidden_nodes()
     found = await asyncio.to_thread(store.rule_runs, rule=rule, event_id=event_id, limit=limit)
     policy = Visibility.from_settings(services.settings)
     # An envelope's result may hold jobs (a rule running slurm.job.get): shown as the action's
@@ -316,16 +139,6 @@ async def list_rule_runs(
 async def sensor_status(services: ServicesDep) -> dict[str, Any]:
     """The sensor's UUID, armed triggers and poll age."""
     return _sensor(services).status()
-
-
-async def hidden_nodes(services: Services) -> frozenset[str]:
-    """Nodes only in hidden partitions (:mod:`slurmtower.visibility`): their events, rule runs
-    and dashboard pages are hidden. Read from the partitions snapshot, only when partitions are hidden."""
-    policy = Visibility.from_settings(services.settings)
-    if not policy.hidden_partitions:
-        return frozenset()
-    snap = await shared_cache(services).get("partitions")
-    return policy.hidden_nodes(snap.value)
 
 
 def _sse(event: Event) -> bytes:
@@ -363,7 +176,7 @@ async def stream_events(
     principal = getattr(request.state, "slurmtower_principal", None)
     expires_at = principal.expires_at if isinstance(principal, Principal) else None
 
-    hidden = await hidden_nodes(services)
+    hidden = await services.live().hidden_nodes()
 
     def wanted(ev: Event) -> bool:
         return ((types is None or ev.type in types) and (node is None or ev.node == node)

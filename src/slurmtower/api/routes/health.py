@@ -4,85 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
 
 from slurmtower import __version__
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.security import Perm, require
-from slurmtower.api.services import Services, get_services
-from slurmtower.api.shared import ALONE
 from slurmtower.errors import NotFound
+from slurmtower.live.sharing import ALONE
+from slurmtower.runtime import Readiness
 
-__all__ = ["Readiness", "router"]
+__all__ = ["router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["service"])
-ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 @router.get("/health", dependencies=[require(Perm.PUBLIC)])
 async def health() -> dict[str, str]:
     """Liveness: the process answers."""
     return {"status": "ok", "version": __version__}
-
-
-#: How long one readiness answer is reused, and how long each check may take.
-READY_TTL = 5.0
-READY_TIMEOUT = 3.0
-
-
-@dataclass
-class Readiness:
-    """The readiness checks, run at most once per :data:`READY_TTL` for every caller (a
-    public route must not let anyone make slurmtower ping slurmctld and the database at
-    will), both at once, each bounded by :data:`READY_TIMEOUT`. Only ok / not ok leaves the
-    process; why a check failed goes to the log."""
-
-    services: Services
-    checked_at: float = -1e9
-    checks: dict[str, bool] = field(default_factory=dict)
-    _running: asyncio.Task[dict[str, bool]] | None = None
-
-    async def get(self) -> dict[str, bool]:
-        loop = asyncio.get_running_loop()
-        if loop.time() - self.checked_at < READY_TTL:
-            return self.checks
-        if self._running is None:
-            self._running = loop.create_task(self._check())
-        task = self._running
-        try:
-            self.checks = await asyncio.shield(task)
-            self.checked_at = loop.time()
-        finally:
-            if task.done():
-                self._running = None
-        return self.checks
-
-    async def _check(self) -> dict[str, bool]:
-        probes: dict[str, Any] = {"slurmctld": self.services.client.ping}
-        accounting = self.services.accounting
-        if accounting is not None:
-            probes["accounting"] = accounting.ping
-
-        async def one(name: str, probe: Any) -> bool:
-            try:
-                result = await asyncio.wait_for(asyncio.to_thread(probe), READY_TIMEOUT)
-            except TimeoutError:
-                log.warning("readiness: %s did not answer within %g s", name, READY_TIMEOUT)
-                return False
-            except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
-                log.warning("readiness: %s failed: %s", name, exc)
-                return False
-            return result is not False
-
-        names = list(probes)
-        results = await asyncio.gather(*(one(n, probes[n]) for n in names))
-        return dict(zip(names, results, strict=True))
 
 
 @router.get("/ready", dependencies=[require(Perm.PUBLIC)])

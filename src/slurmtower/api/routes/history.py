@@ -8,87 +8,22 @@ give a 503 problem while the live routes keep working.
 
 from __future__ import annotations
 
-import asyncio
-import re
-import threading
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 
-from slurmtower.accounting import AccountingDB, HistoryQuery, parse_history_query
-from slurmtower.accounting.pool import AccountingPool
-from slurmtower.api.cache import services_of, strict_query
+from slurmtower.accounting import NAME, check_names, parse_history_query
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import Services
-from slurmtower.errors import AccountingUnavailable, ConfigError, InvalidInput
+from slurmtower.errors import InvalidInput
 from slurmtower.models.accounting import AccountingUser, HistoryPage
 from slurmtower.visibility import Visibility
 
-__all__ = ["accounting_db", "router", "setup", "shutdown"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["accounting"])
-ServicesDep = Annotated[Services, Depends(services_of)]
-_lock = threading.Lock()
-# User, account and partition names Slurm accepts (POSIX-ish names; '@' for LDAP domains).
-# Anything else (quotes, spaces, SQL) is refused rather than looked up.
-_NAME = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,127}")
-
-
-def _check_names(query: HistoryQuery) -> None:
-    for param in ("user", "partition", "account"):
-        value = getattr(query, param)
-        if value is not None and not _NAME.fullmatch(value):
-            raise InvalidInput(f"{param} is not a valid {param} name: {value[:60]!r}", param=param)
-
-
-def setup(services: Services, _app: FastAPI) -> None:
-    # Building the engine does not connect; a missing cluster name is resolved on first use.
-    settings = services.settings
-    if settings.accounting.url is not None and (settings.accounting.cluster or settings.cluster_name):
-        services.accounting = AccountingDB.from_settings(settings)
-
-
-async def shutdown(services: Services) -> None:
-    db = services.accounting
-    if db is not None:
-        await asyncio.to_thread(db.close)
-    if services.accounting_pool is not None:
-        services.accounting_pool.close()
-        services.accounting_pool = None
-
-
-def accounting_pool(services: Services) -> AccountingPool:
-    """The process's pool for database reads (made on first use)."""
-    if services.accounting_pool is None:
-        acct = services.settings.accounting
-        services.accounting_pool = AccountingPool(workers=acct.max_concurrency, wait=acct.request_wait)
-    return services.accounting_pool
-
-
-def accounting_db(services: Services) -> AccountingDB:
-    """The process's :class:`AccountingDB` (blocking: call from a worker thread).
-
-    Raises :class:`AccountingUnavailable` when no database is configured.
-    """
-    db = services.accounting
-    if db is not None:
-        return db
-    settings = services.settings
-    if settings.accounting.url is None:
-        raise AccountingUnavailable("no accounting database is configured (accounting.url)")
-    with _lock:
-        db = services.accounting
-        if db is not None:
-            return db
-        cluster = (settings.accounting.cluster or settings.cluster_name
-                   or services.client.config().cluster_name)
-        try:
-            db = AccountingDB.from_settings(settings.model_copy(update={"cluster_name": cluster}))
-        except ConfigError as exc:
-            raise AccountingUnavailable(f"accounting database not usable: {exc.message}") from exc
-        services.accounting = db
-        return db
 
 
 # Declared for the OpenAPI document only: the route parses the raw query string (``jobid<=5``
@@ -125,15 +60,15 @@ async def history(
 
     Readers see other users' jobs without their private fields (``api.private_job_fields``)."""
     query = parse_history_query(request.scope.get("query_string", b"").decode("latin-1"))
-    _check_names(query)
+    check_names(query)
 
     policy = Visibility.from_settings(services.settings)
 
     def read() -> HistoryPage:
-        page = accounting_db(services).history(query)  # hidden partitions are left out there
+        page = services.accounting_db().history(query)  # hidden partitions are left out there
         return page.model_copy(update={"jobs": [policy.redact(j, principal) for j in page.jobs]})
 
-    return await accounting_pool(services).run(read)
+    return await services.accounting_threads().run(read)
 
 
 @router.get("/users", dependencies=[require(Perm.READ)], response_model=list[AccountingUser],
@@ -146,13 +81,13 @@ async def users(
     """Users known to slurmdbd with their associations (accounts, partitions, limits)."""
     params = strict_query(request, ("name",))
     name = params.get("name")
-    if name is not None and not _NAME.fullmatch(name):
+    if name is not None and not NAME.fullmatch(name):
         raise InvalidInput(f"name is not a valid user name: {name[:60]!r}", param="name")
 
     policy = Visibility.from_settings(services.settings)
 
     def read() -> list[AccountingUser]:
-        found = accounting_db(services).users(name)
+        found = services.accounting_db().users(name)
         if not policy.hidden_partitions:
             return found
         # associations limited to a hidden partition are hidden like the partition itself
@@ -160,4 +95,4 @@ async def users(
                                                       if policy.shows_partition(a.partition)]})
                 for u in found]
 
-    return await accounting_pool(services).run(read)
+    return await services.accounting_threads().run(read)

@@ -22,12 +22,12 @@ import logging
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 
-from slurmtower.api.cache import read_capped
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import problems
+from slurmtower.api.reads import read_capped
 from slurmtower.api.security import ANONYMOUS, Perm, Principal, authenticate, require
-from slurmtower.api.services import Services, get_services
 from slurmtower.errors import AuthenticationError, InvalidInput, NotFound, PayloadTooLarge, PermissionDenied
 from slurmtower.events.alerts import (
     ParsedAlert,
@@ -39,13 +39,13 @@ from slurmtower.events.alerts import (
     verify_signed_webhook,
 )
 from slurmtower.events.store import EventStore
+from slurmtower.runtime import Services
 
-__all__ = ["ALERTER_ROLE", "router", "setup"]
+__all__ = ["ALERTER_ROLE", "router"]
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["hooks"])
-ServicesDep = Annotated[Services, Depends(get_services)]
 
 #: The token role that may post alerts and nothing else.
 ALERTER_ROLE = "alerter"
@@ -114,18 +114,11 @@ def _may_post_alerts():  # type: ignore[no-untyped-def]
     return Depends(dependency)
 
 
-def setup(services: Services, _app: FastAPI | None = None) -> None:
-    """Open the event store when no other module has (the hooks record into it)."""
-    if services.event_store is None:
-        services.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        services.event_store = EventStore(services.settings.effective_store_url())
-
-
 def _store(services: Services) -> EventStore:
     if not services.settings.hooks.enabled:
         raise NotFound("alert hooks are off (hooks.enabled = false)")
     store = services.event_store
-    assert store is not None  # set by setup()
+    assert store is not None  # the runtime's event-store part
     return store
 
 

@@ -15,13 +15,13 @@ import bisect
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.cache import shared_cache, strict_query
-from slurmtower.api.routes.history import _check_names, accounting_db, accounting_pool
+from slurmtower.accounting import check_names
+from slurmtower.api.deps import ServicesDep
+from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard import jobs_view as v
 from slurmtower.dashboard.render import page_context, render
 from slurmtower.errors import AccountingUnavailable, InvalidInput, SlurmtowerError
@@ -29,12 +29,12 @@ from slurmtower.models import Job, JobState, JobStep
 from slurmtower.models.accounting import HistoryJob, HistoryPage, HistoryStep
 from slurmtower.models.node import node_sort_key
 from slurmtower.models.table import JobTable
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
-ServicesDep = Annotated[Services, Depends(get_services)]
 Reader = Annotated[Principal, require(Perm.READ)]
 
 #: Private fields as the job page labels them, in the order shown.
@@ -66,7 +66,7 @@ async def jobs_page(request: Request, services: ServicesDep, principal: Reader) 
         error = exc
         query = v.QueueQuery(form={k: val for k, val in request.query_params.items() if k in v.QUEUE_PARAMS})
     try:
-        snap = await shared_cache(services).get("jobs")
+        snap = await services.live().jobs()
     except SlurmtowerError as exc:
         return _error_page(services, principal, "/ui/jobs", exc, "Jobs")
     table: JobTable = snap.value
@@ -124,7 +124,7 @@ async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTM
     except SlurmtowerError as exc:
         live_note = f"slurmctld did not answer ({exc.message}): shown from the last snapshot"
         try:
-            found = _snapshot_rows((await shared_cache(services).get("jobs")).value, jid)
+            found = _snapshot_rows((await services.live().jobs()).value, jid)
         except SlurmtowerError:
             found = []
     live = policy.jobs(found)
@@ -144,11 +144,11 @@ async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTM
         acct_note = "accounting is not configured (accounting.url): finished jobs are not kept"
     else:
         def read() -> tuple[dict[int, list[HistoryJob]], dict[int, list[HistoryStep]]]:
-            db = accounting_db(services)  # hidden partitions are left out there
+            db = services.accounting_db()  # hidden partitions are left out there
             return db.jobs_by_id([jid]), db.steps_for_jobs([jid])
 
         try:
-            records, steps = await accounting_pool(services).run(read)
+            records, steps = await services.accounting_threads().run(read)
             runs = v.runs_of([policy.redact(r, principal) for r in records.get(jid, [])], steps.get(jid, []))
         except AccountingUnavailable as exc:
             acct_failed = exc
@@ -189,18 +189,18 @@ async def history_page(request: Request, services: ServicesDep, principal: Reade
     if error is None and form.query is not None:
         query = form.query
         try:
-            _check_names(query)
+            check_names(query)
         except InvalidInput as exc:
             error = exc
         else:
             policy = Visibility.from_settings(services.settings)
 
             def read() -> HistoryPage:
-                found = accounting_db(services).history(query)  # hidden partitions are left out there
+                found = services.accounting_db().history(query)  # hidden partitions are left out there
                 return found.model_copy(update={"jobs": [policy.redact(j, principal) for j in found.jobs]})
 
             try:
-                page = await accounting_pool(services).run(read)
+                page = await services.accounting_threads().run(read)
             except AccountingUnavailable as exc:
                 error = exc
     status = error.http_status if error is not None else 200

@@ -25,13 +25,11 @@ import gzip
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.cache import shared_cache
-from slurmtower.api.routes.events import hidden_nodes
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.data import node_view
 from slurmtower.dashboard.nodes_map import build_map, node_entries, parse_filter
 from slurmtower.dashboard.nodes_timeline import CONDITIONS, build_timeline, describe_owner, human_duration
@@ -41,12 +39,12 @@ from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import JobState, Node
 from slurmtower.models.event import NODE_STATE, Event
 from slurmtower.models.table import JobTable, NodeTable
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
-ServicesDep = Annotated[Services, Depends(get_services)]
 Reader = Annotated[Principal, require(Perm.READ)]
 
 #: The timeline's window choices (days); any whole number from 1 to MAX_DAYS is accepted.
@@ -91,7 +89,7 @@ def _when(value: datetime | None) -> str:
 async def _visible_nodes(services: Services) -> tuple[list[Node], Any]:
     """The nodes snapshot's models with the visibility policy applied (the snapshot already
     lacks hidden partitions: this keeps the page right should it ever not)."""
-    snap = await shared_cache(services).get("nodes")
+    snap = await services.live().nodes()
     table: NodeTable = snap.value
     policy = Visibility.from_settings(services.settings)
     nodes = await asyncio.to_thread(lambda: policy.nodes(table.nodes()))
@@ -175,8 +173,8 @@ async def node_page(
         return _error(services, principal, 400, "Bad window",
                       f"days must be a whole number from 1 to {MAX_DAYS}, not {days[:20]!r}.")
     try:
-        snap = await shared_cache(services).get("nodes")
-        hidden = await hidden_nodes(services)
+        snap = await services.live().nodes()
+        hidden = await services.live().hidden_nodes()
     except SlurmtowerError as exc:
         return _error(services, principal, exc.http_status, "Node unavailable", exc.message)
     table: NodeTable = snap.value
@@ -188,7 +186,7 @@ async def node_page(
         return _error(services, principal, 404, "No such node",
                       f"There is no node named {name!r} in this cluster (or it is not shown to you).")
     try:
-        jobs_snap = await shared_cache(services).get("jobs")
+        jobs_snap = await services.live().jobs()
     except SlurmtowerError:
         jobs_snap = None
     now = datetime.now(UTC)

@@ -13,23 +13,22 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.routes.dashboard import overview
-from slurmtower.api.routes.events import hidden_nodes
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.api.services import Services, get_services
 from slurmtower.dashboard.jobs_view import duration_text
 from slurmtower.dashboard.render import page_context, render
 from slurmtower.models import Reservation
 from slurmtower.nodeset import NodeSet
+from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
-ServicesDep = Annotated[Services, Depends(get_services)]
 Reader = Annotated[Principal, require(Perm.READ)]
 
 
@@ -60,7 +59,7 @@ async def reservations_page(services: ServicesDep, principal: Reader) -> HTMLRes
     """Every reservation: active now or when it starts, its nodes, flags, who may use it."""
     policy = Visibility.from_settings(services.settings)
     found = await asyncio.to_thread(services.client.reservations)
-    hidden = await hidden_nodes(services)
+    hidden = await services.live().hidden_nodes()
     now = datetime.now(UTC)
     shown = sorted((r for r in found if _reservation_shown(r, policy, hidden)),
                    key=lambda r: (r.start_time or now, r.name))

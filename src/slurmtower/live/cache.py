@@ -15,7 +15,7 @@ archiver) goes through one :class:`SnapshotCache`:
   problem, or, with ``api.serve_stale``, the last snapshot marked ``"stale": true``;
 * **off the serving GIL** (``api.refresh_in_subprocess``): resources registered with
   :meth:`SnapshotCache.offload` (the queue, the nodes) are read and parsed by a
-  :class:`~slurmtower.api.offload.RefreshWorker` process; the queue crosses as deltas (only
+  :class:`~slurmtower.live.worker.RefreshWorker` process; the queue crosses as deltas (only
   changed rows) applied here to a :class:`~slurmtower.models.table.JobTable`. Without a
   running worker (no lifespan, setting off) the round runs in a thread;
 * **pre-serialized bytes**: each view of a snapshot is rendered to JSON and gzip once, and
@@ -27,7 +27,7 @@ archiver) goes through one :class:`SnapshotCache`:
 With several API processes (``serve --workers N``, several hosts) each has its own cache:
 alone, the bound is one query per resource per interval *per process*. With
 ``api.shared_cache_url`` the deployment's processes share one snapshot through Redis
-(:mod:`slurmtower.api.shared`): one elected refresher queries Slurm and publishes each round,
+(:mod:`slurmtower.live.sharing`): one elected refresher queries Slurm and publishes each round,
 the others (*followers*) serve it; a process that cannot reach Redis refreshes alone.
 """
 
@@ -38,37 +38,32 @@ import logging
 import pickle
 import resource
 import time
-import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import parse_qsl
+from typing import Any, Generic, TypeVar
 
-from fastapi import Request, Response
 from pydantic_core import to_json
 
-from slurmtower.api.offload import OffloadSpec, RefreshWorker, render_bytes
-from slurmtower.api.services import Services
-from slurmtower.api.shared import Pulled, SharedSnapshots, SharedUnreachable
-from slurmtower.errors import InvalidInput, SlurmtowerError, SlurmUnavailable
+from slurmtower.errors import SlurmtowerError, SlurmUnavailable
+from slurmtower.live.hidden import hide_jobs, node_table
+from slurmtower.live.sharing import Pulled, SharedSnapshots, SharedUnreachable
+from slurmtower.live.worker import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.models.table import JobTable
+from slurmtower.settings import Settings
+from slurmtower.slurm.client import SlurmClient
 
 __all__ = [
-    "FastReads",
     "Rendered",
     "Snapshot",
     "SnapshotCache",
+    "build_cache",
     "query_key",
-    "read_capped",
-    "respond",
-    "services_of",
-    "shared_cache",
-    "strict_query",
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: A rendered view larger than this keeps only its gzip.
 KEEP_PLAIN_BYTES = 1 << 20
@@ -95,11 +90,11 @@ class Rendered:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """One answer of Slurm for one resource."""
+class Snapshot(Generic[T]):
+    """One answer of Slurm for one resource (typed reads: :class:`~slurmtower.live.state.LiveState`)."""
 
     resource: str
-    value: Any = field(repr=False)
+    value: T = field(repr=False)
     """What Slurm answered: models, or a compact table (:class:`~slurmtower.models.table.JobTable`)."""
     fetched_at: datetime
     fetched_mono: float
@@ -113,8 +108,8 @@ class Snapshot:
 class _Entry:
     fetch: Callable[[], Any]
     offload: OffloadSpec | None = None
-    snapshot: Snapshot | None = None
-    inflight: asyncio.Task[Snapshot] | None = None
+    snapshot: Snapshot[Any] | None = None
+    inflight: asyncio.Task[Snapshot[Any]] | None = None
     inflight_mono: float = 0.0
     timed_out: bool = False
     """A request gave up waiting for this resource and no round has succeeded since: the
@@ -141,7 +136,7 @@ class _Entry:
     """The shared round the snapshot is (None: not a shared one)..."""
     shared_version: str | None = None
     """...and its value's version."""
-    publish_next: Snapshot | None = None
+    publish_next: Snapshot[Any] | None = None
     """The refresher's round waiting to be published."""
     publishing: asyncio.Task[None] | None = None
 
@@ -246,11 +241,11 @@ class SnapshotCache:
         """slurmctld seconds one refresh of ``resource`` costs (0 when not known)."""
         return self._entries[resource].controller
 
-    def peek(self, resource: str) -> Snapshot | None:
+    def peek(self, resource: str) -> Snapshot[Any] | None:
         """The last good snapshot, without asking Slurm."""
         return self._entries[resource].snapshot
 
-    async def get(self, resource: str) -> Snapshot:
+    async def get(self, resource: str) -> Snapshot[Any]:
         """A snapshot no older than ``refresh_interval`` (or a stale one, see the class doc).
 
         Raises :class:`SlurmUnavailable` (503) when Slurm does not answer in time and no stale
@@ -299,7 +294,7 @@ class SnapshotCache:
         except SlurmtowerError as exc:
             return self._fallback(entry, exc)
 
-    async def get_all(self, *resources: str) -> list[Snapshot]:
+    async def get_all(self, *resources: str) -> list[Snapshot[Any]]:
         """Snapshots of several resources, asked at once: a view built from three of them
         (``/usage``) waits at most ``slurm_wait`` in all, not once per resource."""
         return list(await asyncio.gather(*(self.get(r) for r in resources)))
@@ -336,7 +331,7 @@ class SnapshotCache:
         if entry is not None and self.clock() - entry.asked_mono < 2 * self.interval:
             self.kick(resource, force=True)
 
-    async def _refresh(self, resource: str, entry: _Entry) -> Snapshot:
+    async def _refresh(self, resource: str, entry: _Entry) -> Snapshot[Any]:
         shared = self.shared
         if shared is not None and shared.following:
             try:
@@ -416,7 +411,7 @@ class SnapshotCache:
             self._publish_soon(resource, entry, snap)
         return snap
 
-    async def _follow(self, resource: str, entry: _Entry, shared: SharedSnapshots) -> Snapshot | None:
+    async def _follow(self, resource: str, entry: _Entry, shared: SharedSnapshots) -> Snapshot[Any] | None:
         """A follower's round: the refresher's newest round of ``resource``, waiting (up to
         ``slurm_wait``) for one younger than the interval. ``None``: this process stopped
         following meanwhile (it reads Slurm itself).
@@ -426,7 +421,7 @@ class SnapshotCache:
         """
         # A little before the requests' own wait ends, so that they get this error's words.
         deadline = self.clock() + max(0.1, self.slurm_wait - 0.25)
-        installed: Snapshot | None = None
+        installed: Snapshot[Any] | None = None
         while shared.following:
             mark = shared.heard(resource)
             # Ask the refresher for rounds while this process is asked for them (not when it
@@ -447,7 +442,7 @@ class SnapshotCache:
             await shared.wait_round(resource, mark, min(remaining, 0.5))
         return installed
 
-    def _install(self, resource: str, entry: _Entry, pulled: Pulled) -> Snapshot:
+    def _install(self, resource: str, entry: _Entry, pulled: Pulled) -> Snapshot[Any]:
         """Make a shared round this process's snapshot of ``resource``."""
         value = pulled.value if pulled.changed or entry.snapshot is None else entry.snapshot.value
         age = max(0.0, (datetime.now(UTC) - pulled.fetched_at).total_seconds())
@@ -465,7 +460,7 @@ class SnapshotCache:
         self._render_ahead(resource)
         return snap
 
-    def _publish_soon(self, resource: str, entry: _Entry, snap: Snapshot) -> None:
+    def _publish_soon(self, resource: str, entry: _Entry, snap: Snapshot[Any]) -> None:
         """Publish ``snap`` to the followers, after the round still being published (rounds
         that pile up meanwhile are skipped but the last)."""
         entry.publish_next = snap
@@ -528,12 +523,12 @@ class SnapshotCache:
             worker.recycle(entry.table.line_memo(), entry.seq)
         return result, value
 
-    def _fallback(self, entry: _Entry, exc: SlurmtowerError) -> Snapshot:
+    def _fallback(self, entry: _Entry, exc: SlurmtowerError) -> Snapshot[Any]:
         if self.serve_stale and entry.snapshot is not None:
             return replace(entry.snapshot, stale=True, error=exc.message)
         raise exc
 
-    async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot], build: Callable[[], bytes]) -> Rendered:
+    async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot[Any]], build: Callable[[], bytes]) -> Rendered:
         """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built
         once per query and snapshot set: fifty clients asking for the same page share one
         rendering (and :class:`FastReads` answers the next ones from it). The last ones are
@@ -553,13 +548,13 @@ class SnapshotCache:
             return found[1]  # render ahead, as for the full views
         return await asyncio.shield(pending)
 
-    def _still_servable(self, rendered: Rendered | None, snapshots: Sequence[Snapshot]) -> bool:
+    def _still_servable(self, rendered: Rendered | None, snapshots: Sequence[Snapshot[Any]]) -> bool:
         """``rendered`` may answer while the bytes of ``snapshots`` are made: not stale,
         neither are they, and younger than two intervals."""
         return (rendered is not None and not rendered.stale and not any(s.stale for s in snapshots)
                 and self.clock() - rendered.fetched_mono < 2 * self.interval)
 
-    async def _build_query(self, key: Hashable, built_from: Any, snapshots: Sequence[Snapshot],
+    async def _build_query(self, key: Hashable, built_from: Any, snapshots: Sequence[Snapshot[Any]],
                            build: Callable[[], bytes]) -> Rendered:
         oldest = min(snapshots, key=lambda s: s.fetched_mono)
         stale = any(s.stale for s in snapshots)
@@ -615,7 +610,7 @@ class SnapshotCache:
     async def render(
         self,
         view: str,
-        snapshots: Sequence[Snapshot],
+        snapshots: Sequence[Snapshot[Any]],
         build: Callable[..., dict[str, Any] | bytes],
         *args: Any,
     ) -> Rendered:
@@ -627,7 +622,7 @@ class SnapshotCache:
         """
         return await self._render(view, snapshots, build, args, asked=True)
 
-    async def _render(self, view: str, snapshots: Sequence[Snapshot], build: Callable[..., dict[str, Any] | bytes],
+    async def _render(self, view: str, snapshots: Sequence[Snapshot[Any]], build: Callable[..., dict[str, Any] | bytes],
                       args: tuple[Any, ...], *, asked: bool) -> Rendered:
         key = (tuple((s.resource, s.generation, s.stale) for s in snapshots), args)
         state = self._views.setdefault(view, _View())
@@ -688,7 +683,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def _render(payload: dict[str, Any] | bytes, oldest: Snapshot, stale: bool, errors: list[str]) -> Rendered:
+def _render(payload: dict[str, Any] | bytes, oldest: Snapshot[Any], stale: bool, errors: list[str]) -> Rendered:
     data = payload if isinstance(payload, bytes) else to_json(payload)
     body, packed, etag = render_bytes(data, oldest.fetched_at, stale, errors[0] if errors else None)
     keep = packed is None or len(body) < KEEP_PLAIN_BYTES
@@ -696,194 +691,25 @@ def _render(payload: dict[str, Any] | bytes, oldest: Snapshot, stale: bool, erro
                     fetched_mono=oldest.fetched_mono, stale=stale)
 
 
-def _etag_matches(header: str, etag: str) -> bool:
-    if header.strip() == "*":
-        return True
-    bare = etag.removeprefix("W/")
-    return any(tag.strip().removeprefix("W/") == bare for tag in header.split(","))
-
-
-def respond(request: Request, rendered: Rendered, clock: Callable[[], float] = time.monotonic) -> Response:
-    """The HTTP response for ``rendered``: 304 on a matching ``If-None-Match``, gzip when accepted."""
-    age = max(0.0, clock() - rendered.fetched_mono)
-    headers = {
-        "ETag": rendered.etag,
-        "X-Data-Age": f"{age:.3f}",
-        "Age": str(int(age)),
-        "Cache-Control": "no-cache",
-        "Vary": "Accept-Encoding",
-    }
-    if rendered.stale:
-        headers["X-Data-Stale"] = "true"
-    inm = request.headers.get("if-none-match")
-    if inm and _etag_matches(inm, rendered.etag):
-        return Response(status_code=304, headers=headers)
-    if rendered.gzip is not None and "gzip" in request.headers.get("accept-encoding", ""):
-        headers["Content-Encoding"] = "gzip"
-        return Response(rendered.gzip, media_type="application/json", headers=headers)
-    body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
-    return Response(body, media_type="application/json", headers=headers)
-
-
-async def read_capped(request: Request, limit: int, refuse: Callable[[], Awaitable[Exception]]) -> bytes:
-    """The body, read up to ``limit`` bytes: a bigger one raises ``await refuse()`` as soon
-    as its Content-Length says so, or as soon as that many bytes came, never read in full."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise await refuse()
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise await refuse()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
-    """The query parameters as a dict; an unknown, repeated or operator-bearing one is refused.
-
-    Raises :class:`InvalidInput` naming the parameter.
-    """
-    allowed = set(allowed)
-    out: dict[str, str] = {}
-    for name, value in request.query_params.multi_items():
-        if name not in allowed:
-            bare = name.rstrip("<>!")
-            shown = bare if bare in allowed else name
-            if bare in allowed:
-                raise InvalidInput(f"parameter {bare!r} only allows '='", param=shown[:60])
-            known = ", ".join(sorted(allowed)) or "none"
-            raise InvalidInput(f"unknown parameter {name[:60]!r} (known: {known})", param=name[:60])
-        if name in out:
-            raise InvalidInput(f"parameter {name!r} given twice", param=name)
-        out[name] = value
-    return out
-
-
-async def services_of(request: Request) -> Services:
-    """The app's :class:`Services` as an *async* dependency (a sync one costs a thread hop)."""
-    services: Services = request.app.state.services
-    return services
-
-
-def shared_cache(services: Services) -> SnapshotCache:
-    """The process's cache (created on first use) with the Slurm resources registered:
-    ``jobs``, ``nodes``, ``partitions``, ``stats``."""
-    cache = services.snapshots
-    if cache is None:
-        api = services.settings.api
-        cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
-                              serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
-                              controller_share=api.refresh_controller_share,
-                              max_interval=api.max_refresh_interval)
-        if api.shared_cache_url is not None:
-            cache.shared = SharedSnapshots.from_settings(services.settings)
-        client = services.client
-        cache.register("jobs", client.job_table)
-        cache.register("nodes", client.nodes)
-        cache.register("partitions", client.partitions)
-        cache.register("stats", client.stats)
-        services.snapshots = cache
+def build_cache(settings: Settings, client: SlurmClient) -> SnapshotCache:
+    """A cache for ``settings`` with the Slurm resources of ``client`` registered: ``jobs``,
+    ``nodes``, ``partitions``, ``stats`` (sharing them through Redis when configured)."""
+    api = settings.api
+    cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
+                          serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
+                          controller_share=api.refresh_controller_share,
+                          max_interval=api.max_refresh_interval)
+    if api.shared_cache_url is not None:
+        cache.shared = SharedSnapshots.from_settings(settings)
+    cache.register("jobs", client.job_table)
+    cache.register("nodes", client.nodes)
+    cache.register("partitions", client.partitions)
+    cache.register("stats", client.stats)
+    hidden = frozenset(settings.api.hidden_partitions)
+    # Hidden partitions leave the queue and the nodes where they are read (the refresh worker),
+    # so no view can forget them; the queue crosses as deltas.
+    cache.offload(OffloadSpec(resource="jobs", method="job_table", delta="job_queue_delta", transform=hide_jobs,
+                              args=(hidden,), rpcs=("REQUEST_JOB_INFO",)))
+    cache.offload(OffloadSpec(resource="nodes", method="nodes", transform=node_table, args=(hidden,),
+                              rpcs=("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO")))
     return cache
-
-
-@dataclass(frozen=True)
-class _FastRoute:
-    path: str
-
-
-class FastReads:
-    """ASGI middleware: answers ``GET`` of a cached view straight from its bytes.
-
-    Only when the view's snapshots are all fresh (younger than the interval, not stale), the
-    request has no query string or one whose view was rendered from these snapshots for an
-    earlier request, and the route's own permission dependency admits the caller; everything
-    else (first request, refresh, errors, bad parameters, refused callers) goes through the
-    FastAPI route as usual. Routing and dependency
-    resolution cost more than the rest of a cached answer: this is what lets one worker
-    serve thousands of requests per second.
-
-    Args:
-        app: the wrapped ASGI app.
-        cache: the shared cache.
-        views: path -> (view name, resources the view is built from).
-        permission: the routes' permission dependency (``require(Perm.READ).dependency``).
-        variants: path -> a function of the caller (what ``permission`` returns) giving the
-            suffix of the caller's view (``""``: the plain one), for paths whose bytes depend
-            on who asks (the queue's private-free view for readers); the route must render
-            and query its views under the same suffixed names.
-    """
-
-    def __init__(self, app: Any, *, cache: SnapshotCache,
-                 views: dict[str, tuple[str, tuple[str, ...]]],
-                 permission: Callable[[Request], Any],
-                 variants: Mapping[str, Callable[[Any], str]] | None = None) -> None:
-        self.app = app
-        self.cache = cache
-        self.views = views
-        self.permission = permission
-        self.variants = dict(variants or {})
-
-    async def _variant(self, scope: dict[str, Any], receive: Any, send: Any, variant: Callable[[Any], str],
-                       found: tuple[str, tuple[str, ...]]) -> bool:
-        """Answer from the caller's own view of the path, if it is fresh (True: answered)."""
-        added = "route" not in scope
-        scope.setdefault("route", _FastRoute(scope["path"]))  # /metrics labels it by its path
-        request = Request(scope, receive)
-        try:
-            principal = await self.permission(request)
-        except SlurmtowerError:
-            if added:
-                del scope["route"]
-            return False
-        suffix = variant(principal)
-        query = scope.get("query_string")
-        rendered: Rendered | None = None
-        if not query:
-            rendered = self.cache.fresh_view(found[0] + suffix, found[1])
-        else:
-            pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-            params = dict(pairs)
-            if len(params) == len(pairs):
-                rendered = self.cache.fresh_query(query_key(scope["path"] + suffix, params))
-        if rendered is None:
-            if added:
-                del scope["route"]
-            return False
-        await respond(request, rendered, self.cache.clock)(scope, receive, send)
-        return True
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
-            found = self.views.get(scope["path"])
-            rendered: Rendered | None = None
-            variant = self.variants.get(scope["path"])
-            if found is not None and variant is not None:
-                if await self._variant(scope, receive, send, variant, found):
-                    return
-                found = None
-            if found is not None:
-                query = scope.get("query_string")
-                if not query:
-                    rendered = self.cache.fresh_view(*found)
-                else:
-                    # A filtered view some client asked for since the last refresh (so its
-                    # parameters were checked): the same query, answered from its bytes.
-                    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-                    params = dict(pairs)
-                    if len(params) == len(pairs):
-                        rendered = self.cache.fresh_query(query_key(scope["path"], params))
-                if rendered is not None:
-                    # /metrics labels requests by route template: this one is its path.
-                    scope.setdefault("route", _FastRoute(scope["path"]))
-                    request = Request(scope, receive)
-                    try:
-                        await self.permission(request)
-                    except SlurmtowerError:
-                        pass  # the route answers with the proper problem
-                    else:
-                        await respond(request, rendered, self.cache.clock)(scope, receive, send)
-                        return
-        await self.app(scope, receive, send)

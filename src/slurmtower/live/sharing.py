@@ -1,7 +1,7 @@
 """One snapshot for the deployment: one elected process refreshes, the others read Redis.
 
 A deployment runs the API in several processes (``serve --workers N``) and on several hosts.
-Alone, each process's :class:`~slurmtower.api.cache.SnapshotCache` queries slurmctld once
+Alone, each process's :class:`~slurmtower.live.cache.SnapshotCache` queries slurmctld once
 per resource per interval, so slurmctld's load grows with the processes. With
 ``api.shared_cache_url`` set, the processes of one deployment (``api.shared_cache_prefix``)
 share one snapshot through Redis:
@@ -12,7 +12,7 @@ share one snapshot through Redis:
   Slurm. A refresher killed with ``-9`` stops renewing and a follower holds the lease one
   TTL later (two refresh intervals, at least 3 s); one that stops cleanly deletes it.
 * **publication**: after each round the refresher encodes the new value
-  (:mod:`~slurmtower.api.snapshot_codec`, no pickle) and stores it under a content-addressed
+  (:mod:`~slurmtower.live.codec`, no pickle) and stores it under a content-addressed
   key ``<prefix>:value:<resource>:<digest>`` only when it changed; then one Lua script,
   fenced by the lease (a refresher that lost it writes nothing), points the hash
   ``<prefix>:meta:<resource>`` (``seq``, ``version``, ``fetched_at``, ``interval``) at it,
@@ -60,7 +60,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from slurmtower.api.snapshot_codec import blob_digest, decode_snapshot, encode_snapshot
+from slurmtower.live.codec import blob_digest, decode_snapshot, encode_snapshot
 from slurmtower.settings import Settings
 
 __all__ = ["Pulled", "SharedSnapshots", "SharedUnreachable", "deployment_prefix"]

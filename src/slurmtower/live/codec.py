@@ -1,4 +1,4 @@
-"""Snapshots as bytes for the deployment's shared cache (:mod:`slurmtower.api.shared`).
+"""Snapshots as bytes for the deployment's shared cache (:mod:`slurmtower.live.sharing`).
 
 What crosses Redis is read by every process of a deployment, and whoever can write a key
 there is not trusted with code execution: no pickle. A blob is::

@@ -1,10 +1,11 @@
-"""The objects a running slurmtower shares between routes and background tasks.
+"""The objects a running slurmtower shares between its adapters (HTTP routes, the dashboard,
+the CLI's ``sensor``) and its periodic work.
 
-One typed container, built once at start-up from the settings (never at import): each
-service is an explicit field, set by the route module that owns it in its ``setup`` (a
-field left ``None`` is a part not configured). Routes get it through :data:`ServicesDep`.
-The periodic work is :attr:`Services.background`: each :class:`BackgroundTask` says whether
-it needs the deployment's leader.
+One typed container, filled once at start-up from the settings by
+:func:`slurmtower.runtime.build.assemble` (never at import): each service is an explicit
+field (a field left ``None`` is a part not configured). The periodic work is
+:attr:`Services.background`, declared in one list (:func:`slurmtower.runtime.tasks.periodic_tasks`):
+each :class:`BackgroundTask` says which role's leader runs it, or that every process does.
 """
 
 from __future__ import annotations
@@ -12,31 +13,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, Request
-
+from slurmtower.accounting import AccountingDB
+from slurmtower.accounting.pool import AccountingPool
+from slurmtower.errors import AccountingUnavailable, ConfigError
+from slurmtower.live.cache import SnapshotCache, build_cache
+from slurmtower.live.state import LiveState
 from slurmtower.settings import Settings
 from slurmtower.slurm import SlurmClient, make_client
+from slurmtower.slurm.observe import slurm_call_observer
+from slurmtower.store.engine import make_store_engine
+from slurmtower.store.leader import Leadership
 
 if TYPE_CHECKING:
-    from slurmtower.accounting import AccountingDB
-    from slurmtower.accounting.pool import AccountingPool
     from slurmtower.actions import Catalogue
-    from slurmtower.api.cache import SnapshotCache
-    from slurmtower.api.routes.health import Readiness
-    from slurmtower.api.routes.load import LoadArchive
-    from slurmtower.api.routes.metrics import AppMetrics
     from slurmtower.events import EventStore
     from slurmtower.events.feed import EventFeed
     from slurmtower.events.sensor import Sensor
-    from slurmtower.store.leader import Leadership
+    from slurmtower.live.archive import LoadArchive
+    from slurmtower.runtime.metrics import AppMetrics
 
-__all__ = ["BackgroundTask", "Services", "ServicesDep", "get_services"]
+__all__ = ["READY_TIMEOUT", "READY_TTL", "BackgroundTask", "Readiness", "Services"]
 
 log = logging.getLogger(__name__)
+_ACCOUNTING_LOCK = threading.Lock()
 
 
 @dataclass
@@ -104,7 +108,7 @@ class Services:
     """The client is the one these settings make (a refresh worker may build its twin)."""
     background: list[BackgroundTask] = field(default_factory=list)
     snapshots: SnapshotCache | None = None
-    """The live snapshot cache (``api.cache.shared_cache``)."""
+    """The live snapshot cache (:meth:`live_cache`)."""
     metrics: AppMetrics | None = None
     accounting: AccountingDB | None = None
     accounting_pool: AccountingPool | None = None
@@ -122,6 +126,8 @@ class Services:
     """A hook for other credentials (tests, plugins): ``hook(token)`` -> principal or None."""
     readiness: Readiness | None = None
     """``/ready``'s checks, cached for every caller."""
+    parts: frozenset[str] = frozenset()
+    """What this process runs (:data:`slurmtower.runtime.build.PARTS`), set by ``assemble``."""
     elections: dict[str, Leadership] = field(default_factory=dict)
     """One election per role of this process's leader's tasks (``BackgroundTask.role``)."""
     _election: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -129,7 +135,6 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
-        from slurmtower.api.metrics_hook import slurm_call_observer
 
         return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
                    client_from_settings=True)
@@ -139,9 +144,6 @@ class Services:
     def leadership(self, role: str = "leader") -> Leadership:
         """The election of the leader of ``role`` (on the event store's database)."""
         if role not in self.elections:
-            from slurmtower.storage import make_store_engine
-            from slurmtower.store.leader import Leadership
-
             store = self.event_store
             engine = store.engine if store is not None else make_store_engine(self.settings.effective_store_url())
             identity = next(iter(self.elections.values())).identity if self.elections else None
@@ -213,20 +215,106 @@ class Services:
         for leader in self.elections.values():
             await asyncio.to_thread(leader.resign)
 
+    def accounting_db(self) -> AccountingDB:
+        """The process's reader of slurmdbd's database (blocking: call from a worker thread):
+        built on first use, asking slurmctld for the cluster's name when the settings give none.
+
+        Raises :class:`~slurmtower.errors.AccountingUnavailable` when no database is configured.
+        """
+        db = self.accounting
+        if db is not None:
+            return db
+        settings = self.settings
+        if settings.accounting.url is None:
+            raise AccountingUnavailable("no accounting database is configured (accounting.url)")
+        with _ACCOUNTING_LOCK:
+            db = self.accounting
+            if db is not None:
+                return db
+            cluster = settings.accounting.cluster or settings.cluster_name or self.client.config().cluster_name
+            try:
+                db = AccountingDB.from_settings(settings.model_copy(update={"cluster_name": cluster}))
+            except ConfigError as exc:
+                raise AccountingUnavailable(f"accounting database not usable: {exc.message}") from exc
+            self.accounting = db
+            return db
+
+    def accounting_threads(self) -> AccountingPool:
+        """The bounded threads database reads run in (made on first use)."""
+        if self.accounting_pool is None:
+            acct = self.settings.accounting
+            self.accounting_pool = AccountingPool(workers=acct.max_concurrency, wait=acct.request_wait)
+        return self.accounting_pool
+
+    def live_cache(self) -> SnapshotCache:
+        """The process's snapshot cache (built on first use from the settings and the client)."""
+        if self.snapshots is None:
+            self.snapshots = build_cache(self.settings, self.client)
+        return self.snapshots
+
+    def live(self) -> LiveState:
+        """Typed reads of the live snapshots (hidden partitions cut)."""
+        return LiveState(self.live_cache(), frozenset(self.settings.api.hidden_partitions))
+
     def action_catalogue(self) -> Catalogue:
         """The action catalogue, built on first use and shared by the routes and the rules."""
         if self.catalogue is None:
-            from slurmtower.actions import ActionStore, Catalogue
+            from slurmtower.actions import ActionStore, Catalogue  # deferred: the catalogue, first use only
 
             self.catalogue = Catalogue.from_settings(
                 self.settings, client=self.client, store=ActionStore(self.settings.effective_store_url()))
         return self.catalogue
 
 
-async def get_services(request: Request) -> Services:
-    """The app's :class:`Services` (an async dependency: a sync one costs a thread hop)."""
-    services: Services = request.app.state.services
-    return services
+#: How long one readiness answer is reused, and how long each check may take.
+READY_TTL = 5.0
+READY_TIMEOUT = 3.0
 
 
-ServicesDep = Annotated[Services, Depends(get_services)]
+@dataclass
+class Readiness:
+    """The readiness checks, run at most once per :data:`READY_TTL` for every caller (a
+    public route must not let anyone make slurmtower ping slurmctld and the database at
+    will), both at once, each bounded by :data:`READY_TIMEOUT`. Only ok / not ok leaves the
+    process; why a check failed goes to the log."""
+
+    services: Services
+    checked_at: float = -1e9
+    checks: dict[str, bool] = field(default_factory=dict)
+    _running: asyncio.Task[dict[str, bool]] | None = None
+
+    async def get(self) -> dict[str, bool]:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self.checked_at < READY_TTL:
+            return self.checks
+        if self._running is None:
+            self._running = loop.create_task(self._check())
+        task = self._running
+        try:
+            self.checks = await asyncio.shield(task)
+            self.checked_at = loop.time()
+        finally:
+            if task.done():
+                self._running = None
+        return self.checks
+
+    async def _check(self) -> dict[str, bool]:
+        probes: dict[str, Any] = {"slurmctld": self.services.client.ping}
+        accounting = self.services.accounting
+        if accounting is not None:
+            probes["accounting"] = accounting.ping
+
+        async def one(name: str, probe: Any) -> bool:
+            try:
+                result = await asyncio.wait_for(asyncio.to_thread(probe), READY_TIMEOUT)
+            except TimeoutError:
+                log.warning("readiness: %s did not answer within %g s", name, READY_TIMEOUT)
+                return False
+            except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
+                log.warning("readiness: %s failed: %s", name, exc)
+                return False
+            return result is not False
+
+        names = list(probes)
+        results = await asyncio.gather(*(one(n, probes[n]) for n in names))
+        return dict(zip(names, results, strict=True))

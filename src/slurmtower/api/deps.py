@@ -1,0 +1,20 @@
+"""The runtime's :class:`~slurmtower.runtime.Services` as a FastAPI dependency."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from slurmtower.runtime import Services
+
+__all__ = ["ServicesDep", "get_services"]
+
+
+async def get_services(request: Request) -> Services:
+    """The app's :class:`Services` (an async dependency: a sync one costs a thread hop)."""
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
