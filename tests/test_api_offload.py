@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -198,3 +199,31 @@ def test_a_recycled_worker_goes_on_from_the_line_hashes(settings: Settings, held
         jobs = wait_for(renamed, 20, step=0.3, what="the rename in /queue, and the same jobs as squeue")
         assert cache.full_reads["jobs"] == 1  # the new worker did not read everything again
         assert jobs[held[2]] == "offload-2"
+
+
+_ORPHAN_SCRIPT = """
+import asyncio, multiprocessing.resource_tracker as rt, sys, time
+from slurmtower.live.worker import RefreshWorker
+from slurmtower.settings import Settings
+
+worker = RefreshWorker(Settings(), report=lambda *a: None, timeout=60)
+assert asyncio.run(worker.wait_ready(60))
+print(worker.pid, rt._resource_tracker._pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_parent_takes_its_worker_and_resource_tracker_with_it() -> None:
+    # kill -9 (or the OOM killer) on a serving process: no refresh worker or resource
+    # tracker stays behind (PR_SET_PDEATHSIG in the worker; the tracker's last writer goes).
+    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    with proc.stdout:
+        try:
+            worker, tracker = (int(w) for w in proc.stdout.readline().split())
+            assert alive(worker) and alive(tracker)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+    wait_for(lambda: not alive(worker), 10, what="the worker to die with its parent")
+    wait_for(lambda: not alive(tracker), 10, what="the resource tracker to exit")

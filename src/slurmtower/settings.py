@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from slurmtower.errors import ConfigError
+from slurmtower.principal import ROLES, Role
 
 __all__ = [
     "TOKEN_ROLES",
@@ -292,13 +293,13 @@ class HookSettings(_Section):
 
 class TokenEntry(_Section):
     name: str
-    role: Literal["reader", "operator", "admin", "alerter"]
+    role: Role
     sha256: str
     """Hex SHA-256 of the token (``slurmtower token create`` prints the entry)."""
 
 
 #: Token roles; ``alerter`` may post alerts (``POST /hooks/alertmanager``) and nothing else.
-TOKEN_ROLES: tuple[str, ...] = get_args(TokenEntry.model_fields["role"].annotation)
+TOKEN_ROLES: tuple[str, ...] = ROLES
 
 
 class AuthSettings(_Section):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from slurmtower.errors import PermissionDenied
 from slurmtower.models import Job, Node, Partition
 from slurmtower.models.table import JobTable
+from slurmtower.principal import READER, Perm, role_perm
 
 if TYPE_CHECKING:
     from slurmtower.settings import Settings
@@ -37,11 +38,10 @@ DEFAULT_PRIVATE_JOB_FIELDS: frozenset[str] = frozenset(
     {"submit_line", "command", "work_dir", "standard_output", "standard_error"})
 
 #: Roles that see private job fields on every job.
-_PRIVILEGED_ROLES = frozenset({"operator", "admin"})
 
 
 class Viewer(Protocol):
-    """Who reads (:class:`slurmtower.api.security.Principal` is one)."""
+    """Who reads (:class:`slurmtower.principal.Principal` is one)."""
 
     @property
     def name(self) -> str: ...
@@ -138,15 +138,15 @@ class Visibility:
     def sees_all_private(self, viewer: Viewer) -> bool:
         """The viewer sees private fields on every job (operators, admins; readers when
         ``api.readers_see_private_job_fields``)."""
-        return (not self.private_job_fields or viewer.role in _PRIVILEGED_ROLES
-                or (self.readers_see_private and viewer.role == "reader"))
+        return (not self.private_job_fields or role_perm(viewer.role) >= Perm.OPERATE
+                or (self.readers_see_private and viewer.role == READER))
 
     def sees_private(self, viewer: Viewer, user_name: str | None) -> bool:
         """The viewer sees the private fields of a job of ``user_name``: the viewer's own
         job (principal name == the job's user name), or :meth:`sees_all_private`."""
         # Only an authenticated reader owns jobs: anonymous readers (auth.anonymous_read) are
         # named "anonymous", which may be a Slurm user's name too.
-        return self.sees_all_private(viewer) or (viewer.role == "reader" and user_name is not None
+        return self.sees_all_private(viewer) or (viewer.role == READER and user_name is not None
                                                  and user_name == viewer.name)
 
     def check_search(self, params: Mapping[str, Any] | None, viewer: Viewer) -> None:
@@ -232,7 +232,7 @@ class Visibility:
     def owns_jobs(self, table: JobTable, viewer: Viewer) -> bool:
         """The viewer has jobs in ``table`` whose private fields it sees (its private-free
         view is then its own)."""
-        return viewer.role == "reader" and bool(table.rows_where("user", {viewer.name}))
+        return viewer.role == READER and bool(table.rows_where("user", {viewer.name}))
 
 
 #: id(fragment) -> (fragment, without private fields): unchanged rows are the same bytes

@@ -4,14 +4,13 @@ Route modules live in :mod:`slurmtower.api.routes`; each exposes ``router`` and 
 ``setup(services, app)`` for HTTP-only wiring (middleware, extra routers). What the routes
 read is built by the runtime (:func:`slurmtower.runtime.assemble`, from the parts the
 chosen route modules need: :data:`ROUTE_PARTS`) and started and stopped in the app's
-lifespan. Library errors become HTTP problems in exactly one place, :func:`_problem`.
+lifespan. Library errors become HTTP problems in exactly one place, :func:`slurmtower.api.problems.slurmtower_problem`.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,7 +23,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from slurmtower import __version__
-from slurmtower.api.params import PROBLEM, add_problem_schema
+from slurmtower.api.params import add_problem_schema
+from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
 from slurmtower.errors import ConfigError, InvalidInput, SlurmtowerError
 from slurmtower.runtime import Services, assemble, start, stop
 from slurmtower.settings import Settings
@@ -65,21 +65,6 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "ui_pages": ("live",),
 }
 
-def _problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
-
-
-async def _problem(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, SlurmtowerError)
-    if exc.http_status >= 500:
-        log.warning("%s: %s", type(exc).__name__, exc.message)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else {}
-    retry_after = exc.extra.get("retry_after")
-    if isinstance(retry_after, int | float) and retry_after > 0:
-        headers["Retry-After"] = str(math.ceil(retry_after))  # whole seconds (RFC 9110)
-    return _problem_response(exc.http_status, exc.to_problem(), headers or None)
-
-
 async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
@@ -87,20 +72,13 @@ async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse
     loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "body", "path", "header")]
     param = ".".join(loc) or None
     # A bad value is a 400 like every other bad input (FastAPI's default would be 422).
-    return _problem_response(400, {
+    return problem_response(400, {
         "type": "https://slurmtower.dev/problems/InvalidInput",
         "title": "invalid input",
         "status": 400,
         "detail": f"{param or 'request'}: {first.get('msg', 'invalid')}",
         "param": param,
     })
-
-
-async def _http_problem(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    return _problem_response(exc.status_code, {
-        "type": "about:blank", "title": str(exc.detail), "status": exc.status_code, "detail": str(exc.detail),
-    }, getattr(exc, "headers", None))
 
 
 def _nul_param(scope: Scope) -> str | None:
@@ -125,7 +103,7 @@ class _RefuseNul:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (param := _nul_param(scope)) is not None:
-            response = _problem_response(
+            response = problem_response(
                 400, InvalidInput(f"{param}: a NUL character is not allowed", param=param).to_problem())
             await response(scope, receive, send)
             return
@@ -182,9 +160,9 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(_RefuseNul)
-    app.add_exception_handler(SlurmtowerError, _problem)
+    app.add_exception_handler(SlurmtowerError, slurmtower_problem)
     app.add_exception_handler(RequestValidationError, _validation_problem)
-    app.add_exception_handler(StarletteHTTPException, _http_problem)
+    app.add_exception_handler(StarletteHTTPException, http_problem)
     for module in modules:
         setup = getattr(module, "setup", None)
         if setup is not None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import Request, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
 from slurmtower.errors import InvalidInput, SlurmtowerError
 from slurmtower.live.cache import Rendered, SnapshotCache, query_key

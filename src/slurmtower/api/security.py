@@ -1,8 +1,7 @@
 """Who is asking and what they may do. Every route declares one permission.
 
-Roles: ``reader`` (GET endpoints), ``operator`` (+ node and reservation actions), ``admin``
-(+ triggers, rules, config). Anonymous callers reach only ``public`` routes, and read routes
-when ``auth.anonymous_read`` is on.
+Roles and principals are :mod:`slurmtower.principal`'s (re-exported here). Anonymous
+callers reach only ``public`` routes, and read routes when ``auth.anonymous_read`` is on.
 
 Credentials, in the order they are tried:
 
@@ -40,18 +39,14 @@ browser tricked into posting to slurmtower carries no authority (CSRF).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import inspect
 import logging
-import secrets
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from enum import IntEnum
 from typing import Annotated, Any, TypeVar
 
 import jwt
@@ -60,6 +55,16 @@ from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.errors import AuthenticationError, PermissionDenied, SlurmtowerError
+from slurmtower.principal import (
+    ANONYMOUS,
+    CSRF_HEADER,
+    ROLE_PERM,
+    TOKEN_COOKIE,
+    Perm,
+    Principal,
+    hash_token,
+    new_token,
+)
 from slurmtower.settings import AuthSettings, TokenEntry
 
 __all__ = [
@@ -83,48 +88,10 @@ __all__ = [
 
 log = logging.getLogger("slurmtower.auth")
 
-#: The dashboard keeps the caller's token in this cookie (SameSite=Strict).
-TOKEN_COOKIE = "slurmtower_token"  # noqa: S105 - a cookie name, not a secret
-#: Header a cookie-authenticated mutating request must carry (value ``1``).
-CSRF_HEADER = "x-slurmtower-request"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
 
 #: Seconds of clock skew allowed on a JWT's ``exp``.
 JWT_LEEWAY = 30
-
-
-class Perm(IntEnum):
-    PUBLIC = 0
-    READ = 1
-    OPERATE = 2
-    ADMIN = 3
-
-
-ROLE_PERM = {"reader": Perm.READ, "operator": Perm.OPERATE, "admin": Perm.ADMIN}
-
-
-@dataclass(frozen=True)
-class Principal:
-    """An authenticated caller (or :data:`ANONYMOUS`); ``name`` goes to audit and drain owners."""
-
-    name: str
-    role: str
-    via: str = "token"
-    expires_at: float | None = None
-    """Unix time after which the credential is no longer accepted (a JWT's ``exp`` plus the
-    allowed clock skew); long-lived responses (SSE) end then."""
-
-    @property
-    def perm(self) -> Perm:
-        return ROLE_PERM.get(self.role, Perm.PUBLIC)
-
-    @property
-    def may_operate(self) -> bool:
-        return self.perm >= Perm.OPERATE
-
-
-ANONYMOUS = Principal(name="anonymous", role="anonymous", via="none")
 
 
 class LoginRateLimited(AuthenticationError):
@@ -132,16 +99,6 @@ class LoginRateLimited(AuthenticationError):
 
     http_status = 429
     title = "too many failed logins"
-
-
-def hash_token(token: str) -> str:
-    """Hex SHA-256 of ``token``: what ``auth.tokens[].sha256`` holds."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    """A fresh random bearer token (256 bits, URL-safe, prefixed so it is recognisable in leaks)."""
-    return "stw_" + secrets.token_urlsafe(32)
 
 
 class LoginLimiter:

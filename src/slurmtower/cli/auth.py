@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from slurmtower.api.security import hash_token, new_token
 from slurmtower.cli.app import app
 from slurmtower.errors import InvalidInput
+from slurmtower.principal import hash_token, new_token
 from slurmtower.settings import TOKEN_ROLES, load_settings
 
 __all__ = ["token_app"]

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from slurmtower import __version__
-from slurmtower.api.security import CSRF_HEADER, TOKEN_COOKIE, Principal
+from slurmtower.principal import CSRF_HEADER, TOKEN_COOKIE, Principal
 
 __all__ = ["NAV", "env", "page_context", "render"]
 

@@ -507,6 +507,14 @@ class EventStore:
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Events by type and rule runs by outcome, over the whole store (``/metrics``)."""
+        events, runs = self._t.events, self._t.rule_runs
+        with self._read() as conn:
+            by_type = conn.execute(select(events.c.type, func.count()).group_by(events.c.type)).all()
+            by_outcome = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
+        return {str(t): int(c) for t, c in by_type}, {str(o): int(c) for o, c in by_outcome}
+
     def last_rule_run_start(
         self, rule: str, *, outcomes: Sequence[str], node: str | None = None
     ) -> datetime | None:

@@ -528,7 +528,8 @@ class SnapshotCache:
             return replace(entry.snapshot, stale=True, error=exc.message)
         raise exc
 
-    async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot[Any]], build: Callable[[], bytes]) -> Rendered:
+    async def query_view(self, key: Hashable, snapshots: Sequence[Snapshot[Any]],
+                         build: Callable[[], bytes]) -> Rendered:
         """The bytes of a filtered or paged view (``build()`` gives its payload's JSON), built
         once per query and snapshot set: fifty clients asking for the same page share one
         rendering (and :class:`FastReads` answers the next ones from it). The last ones are

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
 import os
@@ -36,7 +38,7 @@ from typing import Any
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable
 from slurmtower.settings import Settings
 
-__all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "cpu_now", "render_bytes"]
+__all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "cpu_now", "die_with_parent", "render_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +126,29 @@ def _record(kind: str, seconds: float, ok: bool) -> None:
     _calls.append((kind, seconds, ok))
 
 
-def _init_worker(settings: Settings, queue_memo: dict[int, int] | None = None, seq: int = 0) -> None:
+#: prctl(2)'s option: the signal the kernel sends this process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when ``parent`` dies, even by ``kill -9`` (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere, nothing). A parent already gone: exit now."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        log.debug("prctl(PR_SET_PDEATHSIG) unavailable: the worker outlives a killed parent")
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _init_worker(settings: Settings, queue_memo: dict[int, int] | None = None, seq: int = 0,
+                 parent: int | None = None) -> None:
     global _client
+    # A serving process killed outright (kill -9, the OOM killer) takes its worker with it;
+    # the multiprocessing resource tracker then sees its last writer go and exits too.
+    if parent is not None:
+        die_with_parent(parent)
     # The parent shuts the worker down in its lifespan; a Ctrl-C on the terminal's process
     # group must not kill a round half-way.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -246,7 +269,8 @@ class RefreshWorker:
             memo, seq = self._resume if self._resume is not None else (None, 0)
             self._resume = None
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self.settings, memo, seq))
+                                             initializer=_init_worker,
+                                             initargs=(self.settings, memo, seq, os.getpid()))
             self._pid = self._pool.submit(_pid)
             self._pid.add_done_callback(_ignore)
             self.restarts += 1

@@ -33,16 +33,16 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, values
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-from sqlalchemy import column, func, select, table
 
 from slurmtower import __version__
 from slurmtower.errors import ConfigError
+from slurmtower.events.store import EventStore
 from slurmtower.live.state import ClusterView
 from slurmtower.models import NodeState
 from slurmtower.models.event import (
@@ -326,7 +326,7 @@ class AppMetrics:
             self.cluster.refresh_interval = cache.interval
             self.cluster.refresh_costs = {r: cache.cost(r) for r in cache.resources}
             self.cluster.refresh_controller = {r: cache.controller_cost(r) for r in cache.resources}
-        store = _event_store(services)
+        store = services.event_store
         if store is None:
             return
         interval = services.settings.api.refresh_interval
@@ -337,18 +337,9 @@ class AppMetrics:
             self.cluster.store = await asyncio.to_thread(_store_counts, store)
 
 
-def _event_store(services: Services) -> Any:
-    return services.event_store
-
-
-def _store_counts(store: Any) -> _StoreCounts:
-    events = table("events", column("type"), schema=store.schema)
-    runs = table("rule_runs", column("outcome"), schema=store.schema)
-    with store.engine.connect() as conn:
-        by_type = conn.execute(select(events.c.type, func.count()).group_by(events.c.type)).all()
-        by_outcome = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
-    return _StoreCounts(events={str(t): int(c) for t, c in by_type},
-                        rule_runs={str(o): int(c) for o, c in by_outcome}, read_mono=time.monotonic())
+def _store_counts(store: EventStore) -> _StoreCounts:
+    events, runs = store.counts()
+    return _StoreCounts(events=events, rule_runs=runs, read_mono=time.monotonic())
 
 
 def _mark_dead_workers(directory: Path) -> None:

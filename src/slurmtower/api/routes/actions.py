@@ -21,6 +21,7 @@ from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import PermissionDenied
+from slurmtower.principal import ACTION_PERM
 from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
@@ -29,7 +30,6 @@ __all__ = ["AuditPage", "router"]
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["actions"])
-_PERM = {"read": Perm.READ, "operate": Perm.OPERATE, "admin": Perm.ADMIN}
 ActionName = Annotated[str, Path(description="An action name, e.g. `slurm.node.drain` (see `GET /actions`).")]
 Format = Annotated[str, Query(
     description="`st2`: the execution as the StackStorm slurm pack gives it (`id`, `status`, `parameters`, "
@@ -78,7 +78,7 @@ async def run_action(
     shape = st2.check_format(format)
     catalogue = _catalogue(services)
     spec = catalogue.spec(name)
-    needed = _PERM[spec.permission]
+    needed = ACTION_PERM[spec.permission]
     if principal.perm < needed:
         raise PermissionDenied(f"{principal.name} ({principal.role}) may not run {name}: needs "
                                f"{needed.name.lower()}")

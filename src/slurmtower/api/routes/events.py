@@ -23,12 +23,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from slurmtower.api.callback import receive_callback
 from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
-from slurmtower.api.reads import read_capped
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge
-from slurmtower.events.callback import MAX_BODY_BYTES
+from slurmtower.errors import ConfigError, InvalidInput
 from slurmtower.events.feed import EventFeed, Subscription
 from slurmtower.events.sensor import Sensor
 from slurmtower.events.store import EventStore
@@ -270,22 +269,6 @@ async def stream_events(
 # -- the trigger callback -----------------------------------------------------------------
 
 
-async def _capped_body(request: Request, sensor: Sensor, client: str | None) -> bytes:
-    """The body, read up to MAX_BODY_BYTES (413 past it, never read in full); a refusal is
-    recorded as the sensor records every refused callback."""
-    limit = MAX_BODY_BYTES
-
-    def record() -> PayloadTooLarge:
-        exc = PayloadTooLarge(f"callback body over {limit} bytes", reason="too_large", param="body")
-        sensor.record_refusal(exc, method=request.method, path=request.url.path, client_addr=client)
-        return exc
-
-    async def refuse() -> PayloadTooLarge:
-        return await asyncio.to_thread(record)
-
-    return await read_capped(request, limit, refuse)
-
-
 @callback_router.post(
     "/{sensor_uuid:uuid}/{resource_class}/{trigger_type}",
     dependencies=[require(Perm.PUBLIC)],
@@ -300,16 +283,4 @@ async def trigger_callback(
     trigger_type: str,
 ) -> dict[str, Any]:
     """Doorbell from the notify program: HMAC-signed, else 401 (400 when malformed)."""
-    sensor = _sensor(services)
-    client = request.client.host if request.client else None
-    body = await _capped_body(request, sensor, client)
-    stored = await asyncio.to_thread(
-        sensor.handle_callback,
-        method=request.method,
-        path=request.url.path,
-        headers=dict(request.headers),
-        body=body,
-        client_addr=client,
-    )
-    return {"accepted": True, "events": [e.id for e in stored]}
-
+    return await receive_callback(request, _sensor(services))

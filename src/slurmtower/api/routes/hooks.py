@@ -39,6 +39,7 @@ from slurmtower.events.alerts import (
     verify_signed_webhook,
 )
 from slurmtower.events.store import EventStore
+from slurmtower.principal import ALERTER
 from slurmtower.runtime import Services
 
 __all__ = ["ALERTER_ROLE", "router"]
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["hooks"])
 
 #: The token role that may post alerts and nothing else.
-ALERTER_ROLE = "alerter"
+ALERTER_ROLE = ALERTER
 
 _ALERT_SCHEMA: dict[str, Any] = {
     "type": "object",

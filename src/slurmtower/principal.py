@@ -1,0 +1,106 @@
+"""Who the caller is and what their role lets them do: the one place roles are spelled.
+
+Roles: ``reader`` (reads), ``operator`` (+ node, job and reservation actions), ``admin``
+(+ triggers, rules, config) and ``alerter`` (may only post alerts to ``/hooks``). A
+:class:`Principal` is what every adapter (HTTP, dashboard, CLI, rules) hands the library;
+how a credential becomes one is :mod:`slurmtower.api.security`'s (tokens, JWTs), what a
+principal may see is :mod:`slurmtower.visibility`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal, get_args
+
+__all__ = [
+    "ACTION_PERM",
+    "ADMIN",
+    "ALERTER",
+    "ANONYMOUS",
+    "CSRF_HEADER",
+    "OPERATOR",
+    "READER",
+    "ROLES",
+    "ROLE_PERM",
+    "TOKEN_COOKIE",
+    "Perm",
+    "Principal",
+    "Role",
+    "hash_token",
+    "new_token",
+    "role_perm",
+]
+
+
+class Perm(IntEnum):
+    """What a route or an action needs, in increasing order."""
+
+    PUBLIC = 0
+    READ = 1
+    OPERATE = 2
+    ADMIN = 3
+
+
+#: Every role a token or a JWT may carry.
+Role = Literal["reader", "operator", "admin", "alerter"]
+
+READER = "reader"
+OPERATOR = "operator"
+ADMIN = "admin"
+ALERTER = "alerter"
+"""Alertmanager's role: no permission of its own (every route but the alert hooks refuses it)."""
+
+ROLES: tuple[str, ...] = get_args(Role)
+
+#: The permission each role grants (``alerter`` and unknown roles: none beyond public).
+ROLE_PERM: dict[str, Perm] = {READER: Perm.READ, OPERATOR: Perm.OPERATE, ADMIN: Perm.ADMIN}
+
+#: An action's declared permission (``read``, ``operate``, ``admin``) as a :class:`Perm`.
+ACTION_PERM: dict[Literal["read", "operate", "admin"], Perm] = {
+    "read": Perm.READ, "operate": Perm.OPERATE, "admin": Perm.ADMIN}
+
+#: The dashboard keeps the caller's token in this cookie (SameSite=Strict).
+TOKEN_COOKIE = "slurmtower_token"  # noqa: S105 - a cookie name, not a secret
+#: Header a cookie-authenticated mutating request must carry (value ``1``).
+CSRF_HEADER = "x-slurmtower-request"
+
+
+def role_perm(role: str) -> Perm:
+    """The permission ``role`` grants."""
+    return ROLE_PERM.get(role, Perm.PUBLIC)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller (or :data:`ANONYMOUS`); ``name`` goes to audit and drain owners."""
+
+    name: str
+    role: str
+    via: str = "token"
+    expires_at: float | None = None
+    """Unix time after which the credential is no longer accepted (a JWT's ``exp`` plus the
+    allowed clock skew); long-lived responses (SSE) end then."""
+
+    @property
+    def perm(self) -> Perm:
+        return role_perm(self.role)
+
+    @property
+    def may_operate(self) -> bool:
+        return self.perm >= Perm.OPERATE
+
+
+ANONYMOUS = Principal(name="anonymous", role="anonymous", via="none")
+
+
+def hash_token(token: str) -> str:
+    """Hex SHA-256 of ``token``: what ``auth.tokens[].sha256`` holds."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe, prefixed so it is recognisable in leaks)."""
+    return "stw_" + secrets.token_urlsafe(32)
