@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from slurmtower.errors import ConfigError
+from slurmtower.models import Job
+from slurmtower.models.accounting import HistoryJob
 from slurmtower.principal import ROLES, Role
 
 __all__ = [
@@ -122,8 +124,6 @@ class ApiSettings(_Section):
     @field_validator("private_job_fields")
     @classmethod
     def _known_job_fields(cls, value: list[str]) -> list[str]:
-        from slurmtower.models import Job
-        from slurmtower.models.accounting import HistoryJob
 
         known = set(Job.model_fields) | set(HistoryJob.model_fields)
         unknown = [f for f in value if f not in known]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from slurmtower.errors import PermissionDenied
 from slurmtower.models import Job, Node, Partition
 from slurmtower.models.table import JobTable
+from slurmtower.nodeset import NodeSet
 from slurmtower.principal import READER, Perm, role_perm
 
 if TYPE_CHECKING:
@@ -125,7 +126,6 @@ class Visibility:
         """The nodes that belong to hidden partitions only (their events are hidden too)."""
         if not self.hidden_partitions:
             return frozenset()
-        from slurmtower.nodeset import NodeSet
 
         hidden: set[str] = set()
         shown: set[str] = set()

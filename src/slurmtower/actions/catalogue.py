@@ -34,9 +34,10 @@ from pydantic import BaseModel, ValidationError
 
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
 import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
+from slurmtower.accounting import AccountingDB
 from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
-from slurmtower.actions.params import canonical_program, clean_path
+from slurmtower.actions.params import check_program, program_allowed
 from slurmtower.actions.registry import REGISTRY, ActionSpec, Run
 from slurmtower.actions.store import ActionStore, KeyTaken, StoreError
 from slurmtower.errors import (
@@ -50,7 +51,7 @@ from slurmtower.errors import (
     SlurmtowerError,
 )
 from slurmtower.settings import Settings
-from slurmtower.slurm import SlurmClient
+from slurmtower.slurm import SlurmClient, make_client
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
@@ -110,65 +111,6 @@ def parse_cli_params(pairs: Iterable[str]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def _real_parent_and_name(path: str) -> tuple[str, str]:
-    real = os.path.realpath(path)  # symlinks followed as far as they exist on this host
-    parent, _, name = real.rpartition("/")
-    return parent or "/", name
-
-
-def _entry_allows(entry: str, program: str, executable: str) -> bool:
-    if " " in entry:  # a whole command line, arguments included
-        try:
-            wanted = canonical_program(entry)
-        except ValueError:
-            return False
-        return program == wanted and os.path.realpath(executable) == os.path.realpath(wanted.partition(" ")[0])
-    if not entry.endswith("*"):
-        return clean_path(entry) == executable and os.path.realpath(entry) == os.path.realpath(executable)
-    directory, _, stem = entry[:-1].rpartition("/")
-    allowed_dir = clean_path(directory or "/")
-    if allowed_dir is None or "*" in entry[:-1]:
-        return False
-    parent, _, name = executable.rpartition("/")
-    if (parent or "/") != allowed_dir or not name.startswith(stem):
-        return False
-    real_parent, real_name = _real_parent_and_name(executable)
-    return real_parent == os.path.realpath(allowed_dir) and real_name.startswith(stem)
-
-
-def program_allowed(program: str, allowlist: Iterable[str]) -> bool:
-    """Whether a trigger program is allowed by ``auth.trigger_program_allowlist``.
-
-    The program's executable (its first space-separated word) must be absolute without a
-    ``..`` component; ``//`` and ``/./`` are collapsed (:func:`canonical_program`). An entry
-    allows, matched by whole path components:
-
-    * ``/dir/name*``: an executable directly in ``/dir`` whose name starts with ``name``
-      (``*`` never crosses a ``/``: ``/opt/hooks/*`` allows ``/opt/hooks/x``, not
-      ``/opt/hooks/sub/x``, ``/opt/hooks-evil/x`` nor ``/opt/hooks/../x``; ``/opt/hooks*``
-      allows ``/opt/hooks-a`` but nothing inside a directory);
-    * an entry with a space: that whole command line;
-    * any other entry: that executable, with any arguments.
-
-    Where the path exists on this host its symlinks are followed too, and the resolved
-    executable must match the resolved entry: a link out of an allowed directory is refused.
-    """
-    try:
-        canonical = canonical_program(program)
-    except ValueError:
-        return False
-    executable = canonical.partition(" ")[0]
-    return any(_entry_allows(entry.strip(), canonical, executable) for entry in allowlist if entry.strip())
-
-
-def check_program(settings: Settings | None, program: str, *, shown: str, what: str, param: str) -> None:
-    """Refuse ``program`` (:class:`PermissionDenied` naming ``shown`` and ``param``) unless
-    ``auth.trigger_program_allowlist`` allows it (:func:`program_allowed`)."""
-    allowlist = settings.auth.trigger_program_allowlist if settings is not None else []
-    if not program_allowed(program, allowlist):
-        raise PermissionDenied(f"{what} {shown!r} is not in auth.trigger_program_allowlist", param=param)
 
 
 def _check_key(key: str) -> None:
@@ -232,14 +174,12 @@ class Catalogue:
     ) -> Catalogue:
         """Client, store and (lazily) accounting from the settings."""
         if client is None:
-            from slurmtower.slurm import make_client
 
             client = make_client(settings)
 
         def accounting() -> AccountingDB | None:
             if settings.accounting.url is None:
                 return None
-            from slurmtower.accounting import AccountingDB
 
             try:
                 return AccountingDB.from_settings(settings)

@@ -64,7 +64,10 @@ from slurmtower.errors import (
     PermissionDenied,
     SlurmRequestError,
 )
+from slurmtower.events.store import EventStore
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
+from slurmtower.models.accounting import HistoryJob
+from slurmtower.models.event import Event
 from slurmtower.models.job import step_label
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
@@ -230,7 +233,6 @@ def _find_finished(run: Run, criterias: Mapping[str, Any]) -> list[int]:
     acct = run.accounting()
     if acct is None:
         raise AccountingUnavailable("include_finished needs the accounting database (accounting.url)")
-    from slurmtower.models.accounting import HistoryJob
 
     sql: dict[str, Any] = {}
     residual: dict[str, Any] = {}
@@ -379,8 +381,6 @@ def _record_event(run: Run, kind: str, payload: dict[str, Any], nodes: NodeSet) 
     """An event in the store's log (the breaker's); a failure is logged, never raised."""
     if run.store is None:
         return
-    from slurmtower.events.store import EventStore
-    from slurmtower.models.event import Event
 
     node = str(nodes) if len(nodes) == 1 else None
     try:

@@ -29,9 +29,10 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name
+from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name, check_program
 from slurmtower.actions.registry import Run, action
 from slurmtower.errors import InvalidInput, SlurmtowerError
+from slurmtower.events.store import EventStore
 from slurmtower.models import JobState, NodeState
 from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet
@@ -116,7 +117,6 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
     run.nodes = str(ns)
     plans = {n.name: plan(n.name, p) for n in nodes}
     if p.check and run.via in ("api", "rule"):
-        from slurmtower.actions.catalogue import check_program
 
         program = shlex.split(p.check)[0]
         check_program(run.settings, program, shown=program, what="check program", param="check")
@@ -190,8 +190,7 @@ class Maintenance:
 
     @classmethod
     def from_settings(cls, settings: Any, *, client: Any) -> Maintenance:
-        from slurmtower.actions.catalogue import Catalogue
-        from slurmtower.events.store import EventStore
+        from slurmtower.actions.catalogue import Catalogue  # deferred: the catalogue imports this module
 
         catalogue = Catalogue.from_settings(settings, client=client)
         return cls(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir, close=True)

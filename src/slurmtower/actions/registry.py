@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from slurmtower.actions.holds import HoldStore
 from slurmtower.actions.ownership import Via
 from slurmtower.models import Node
 
@@ -58,7 +59,6 @@ class Run:
         """The node holds of the store (``None`` without a store)."""
         if self.store is None:
             return None
-        from slurmtower.actions.holds import HoldStore
 
         return HoldStore(self.store.engine)
 

@@ -77,7 +77,7 @@ class ActionStore:
     """
 
     def __init__(self, url: str) -> None:
-        from slurmtower.store.migrate import check_or_create
+        from slurmtower.store.migrate import check_or_create  # deferred: alembic, when the store is first opened
 
         self.engine: Engine = make_store_engine(url)
         try:

@@ -66,6 +66,7 @@ from slurmtower.principal import (
     new_token,
 )
 from slurmtower.settings import AuthSettings, TokenEntry
+from slurmtower.store.schema import login_failures
 
 __all__ = [
     "ANONYMOUS",
@@ -186,7 +187,6 @@ class LoginFailureStore:
     """
 
     def __init__(self, engine: Engine, *, window: float = 60.0) -> None:
-        from slurmtower.store.schema import login_failures
 
         self._engine = engine
         self._table = login_failures

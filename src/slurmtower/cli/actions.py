@@ -49,7 +49,7 @@ def run(
     config: ConfigOpt = None,
 ) -> None:
     """Run one action and print its envelope; exit code 0 only on success."""
-    from slurmtower.actions import Catalogue, cli_principal, parse_cli_params, st2
+    from slurmtower.actions import Catalogue, cli_principal, parse_cli_params, st2  # deferred: CLI startup
 
     _check_output(output, ("yaml", "json", "st2"))
     given = parse_cli_params(params or [])
@@ -89,7 +89,7 @@ def actions_list(ctx: typer.Context, output: OutputOpt = "text") -> None:
     """List every action (name, permission, whether it changes anything)."""
     if ctx.invoked_subcommand is not None:
         return
-    from slurmtower.actions import REGISTRY
+    from slurmtower.actions import REGISTRY  # deferred: CLI startup
 
     _check_output(output, ("text", "json", "yaml"))
     rows: list[dict[str, Any]] = [
@@ -108,7 +108,7 @@ def actions_list(ctx: typer.Context, output: OutputOpt = "text") -> None:
 @actions_app.command("show")
 def actions_show(action: Annotated[str, typer.Argument(help="Action name.")], output: OutputOpt = "text") -> None:
     """Print an action's parameters with types, defaults and descriptions (or its JSON Schema)."""
-    from slurmtower.actions import Catalogue
+    from slurmtower.actions import Catalogue  # deferred: CLI startup
 
     _check_output(output, ("text", "json", "yaml"))
     spec = Catalogue.spec(action)
@@ -144,7 +144,7 @@ def audit(
     config: ConfigOpt = None,
 ) -> None:
     """List the audit log of mutating actions (who, what, parameters, outcome)."""
-    from slurmtower.actions import ActionStore
+    from slurmtower.actions import ActionStore  # deferred: CLI startup
 
     _check_output(output, ("text", "json", "yaml"))
     store = ActionStore(load_settings(config).effective_store_url())

@@ -27,7 +27,7 @@ SWITCH_INTERVAL = 0.0005
 
 def app_factory() -> FastAPI:
     """The application built from ``$SLURMTOWER_CONFIG`` and the environment (one per worker)."""
-    from slurmtower.api import create_app
+    from slurmtower.api import create_app  # deferred: CLI startup
 
     sys.setswitchinterval(SWITCH_INTERVAL)
     return create_app(load_settings())
@@ -63,9 +63,9 @@ def serve(
                                              help="Log every request (costs throughput).")] = True,
 ) -> None:
     """Run the REST API service."""
-    import uvicorn
+    import uvicorn  # deferred: CLI startup
 
-    from slurmtower.api import create_app
+    from slurmtower.api import create_app  # deferred: CLI startup
 
     # The parent reads its settings the way each worker will: from the exported options.
     export_options({"config": config, "host": host, "port": port, "workers": workers})
@@ -73,7 +73,7 @@ def serve(
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     # A store at another schema revision is refused here, in one line, before any worker
     # starts (an empty one is created, once).
-    from slurmtower.store.migrate import check_store_url
+    from slurmtower.store.migrate import check_store_url  # deferred: CLI startup
 
     check_store_url(settings.effective_store_url())
     sys.setswitchinterval(SWITCH_INTERVAL)
@@ -81,7 +81,7 @@ def serve(
         # Each worker builds its own app from the same file and environment; the load
         # archiver role's election keeps exactly one of them sampling. Their counters go to files
         # in a directory of their own, which every scrape sums (routes/metrics.py).
-        from slurmtower.runtime.metrics import MULTIPROCESS_VARIABLE, multiprocess_dir
+        from slurmtower.runtime.metrics import MULTIPROCESS_VARIABLE, multiprocess_dir  # deferred: CLI startup
 
         with multiprocess_dir(settings.state_dir, settings.api.port) as metrics_dir:
             os.environ[MULTIPROCESS_VARIABLE] = str(metrics_dir)

@@ -28,8 +28,8 @@ def fail(message: str, code: int = 2) -> None:
 
 def _register() -> None:
     # Sub-command modules register themselves on `app` when imported.
-    import slurmtower.cli.devcluster  # noqa: F401
-    import slurmtower.cli.misc  # noqa: F401
+    import slurmtower.cli.devcluster  # noqa: F401  # deferred: registers its commands on `app`, which it imports
+    import slurmtower.cli.misc  # noqa: F401  # deferred: registers its commands on `app`, which it imports
 
     for name in ("actions", "events", "api", "auth", "db"):
         try:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> Any:
         typer.echo("slurmtower: aborted", err=True)
         sys.exit(130)
     except Exception as exc:  # click usage errors
-        import click
+        import click  # deferred: CLI startup
 
         if isinstance(exc, click.exceptions.UsageError):
             typer.echo(f"slurmtower: error: {exc.format_message()}", err=True)

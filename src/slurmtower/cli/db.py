@@ -31,8 +31,8 @@ def _revision(revision: str | None, versioned: bool) -> str:
 def db_upgrade(config: ConfigOpt = None, output: OutputOpt = "text") -> None:
     """Upgrade the store in place to this slurmtower's schema, in one transaction (back it up
     first); an empty store is created."""
-    from slurmtower.store.engine import make_store_engine
-    from slurmtower.store.migrate import upgrade
+    from slurmtower.store.engine import make_store_engine  # deferred: CLI startup
+    from slurmtower.store.migrate import upgrade  # deferred: CLI startup
 
     url = load_settings(config).effective_store_url()
     engine = make_store_engine(url)
@@ -54,8 +54,8 @@ def db_upgrade(config: ConfigOpt = None, output: OutputOpt = "text") -> None:
 @db_app.command("current")
 def db_current(config: ConfigOpt = None, output: OutputOpt = "text") -> None:
     """Print the store's schema revision and this slurmtower's head revision."""
-    from slurmtower.store.engine import make_store_engine
-    from slurmtower.store.migrate import UPGRADE_COMMAND, current_state
+    from slurmtower.store.engine import make_store_engine  # deferred: CLI startup
+    from slurmtower.store.migrate import UPGRADE_COMMAND, current_state  # deferred: CLI startup
 
     engine = make_store_engine(load_settings(config).effective_store_url())
     try:
@@ -92,9 +92,9 @@ def db_purge(
 ) -> None:
     """Delete the action executions older than the retention (the audit log is kept), as the
     service's archiver leader does every actions.purge_interval."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime, timedelta  # deferred: CLI startup
 
-    from slurmtower.actions import ActionStore
+    from slurmtower.actions import ActionStore  # deferred: CLI startup
 
     settings = load_settings(config)
     days = settings.actions.retention_days if older_than_days is None else older_than_days

@@ -80,7 +80,7 @@ def events_cmd(
     interval: Annotated[float, typer.Option(help="Seconds between reads with --follow.", min=0.05)] = 0.5,
 ) -> None:
     """Print events from the event store (newest ``--limit`` unless ``--since``)."""
-    from slurmtower.events.store import EventStore
+    from slurmtower.events.store import EventStore  # deferred: CLI startup
 
     if output not in ("text", "json"):
         raise InvalidInput(f"--output {output!r}: use text or json", param="output")
@@ -130,14 +130,14 @@ def alert_cmd(
     ``alert.firing`` / ``alert.resolved`` event per alert, its node from the labels, copies
     within ``hooks.dedupe_window`` left out): for a health check run from cron, or to try a
     rule. The service's rule engine runs on them within a poll interval."""
-    from slurmtower.events.alerts import (
+    from slurmtower.events.alerts import (  # deferred: CLI startup
         parse_alertmanager,
         parse_generic,
         parse_json_body,
         record_alerts,
         recorded_summary,
     )
-    from slurmtower.events.store import EventStore
+    from slurmtower.events.store import EventStore  # deferred: CLI startup
 
     if format_ not in ("alertmanager", "generic"):
         raise InvalidInput(f"--format {format_!r}: use alertmanager or generic", param="format")
@@ -177,7 +177,7 @@ def rules_check(
     output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text",
 ) -> None:
     """Load every rule file in DIR; list the rules, report each broken file (exit 1)."""
-    from slurmtower.rules import load_rules
+    from slurmtower.rules import load_rules  # deferred: CLI startup
 
     rules, errors = load_rules(directory)
     if output == "json":
@@ -197,7 +197,7 @@ def rules_check(
 
 
 def _sensor_app(settings: Settings) -> Any:
-    from slurmtower.api.app import create_app
+    from slurmtower.api.app import create_app  # deferred: CLI startup
 
     return create_app(settings, route_modules=("events",), title="slurmtower sensor")
 
@@ -212,7 +212,7 @@ def sensor_cmd(
 
     A clean stop (SIGTERM, Ctrl-C) clears the sensor's triggers.
     """
-    import uvicorn
+    import uvicorn  # deferred: CLI startup
 
     settings = load_settings(config)
     if port:

@@ -45,8 +45,8 @@ def info(config: ConfigOpt = None,
          output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
     """Print the Slurm version, the backend in use and its capabilities, slurmrestd's API versions
     (where one is configured); warn (stderr) when the REST API version in use is deprecated."""
-    from slurmtower.slurm import make_client
-    from slurmtower.slurm.info import cluster_info
+    from slurmtower.slurm import make_client  # deferred: CLI startup
+    from slurmtower.slurm.info import cluster_info  # deferred: CLI startup
 
     settings = load_settings(config)
     caps, warnings = cluster_info(settings, make_client(settings))

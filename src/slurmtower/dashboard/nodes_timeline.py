@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from slurmtower.actions.ownership import parse_reason
 from slurmtower.models.event import NODE_STATE, Event
 from slurmtower.models.node import state_text as node_state_text
 
@@ -80,7 +81,6 @@ def state_text(state: str | None, flags: Iterable[str]) -> str:
 def _owner(reason: str | None, recorded_owner: str | None) -> tuple[str | None, str | None]:
     """(reason text without slurmtower's tag, who holds it): the tag's holder, else the owner
     the sensor recorded (``reason_owner``: already ``user:<name>`` for an outside drain)."""
-    from slurmtower.actions.ownership import parse_reason
 
     if not reason:
         return None, None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.responses import HTMLResponse
 
 from slurmtower import __version__
 from slurmtower.principal import CSRF_HEADER, TOKEN_COOKIE, Principal

@@ -488,9 +488,11 @@ class DevCluster:
         store (``store_url`` set by the user in slurmtower.toml) is left to ``slurmtower db upgrade``."""
         if not self.tower_conf.exists():
             return
-        from slurmtower.settings import load_settings
-        from slurmtower.store.engine import make_store_engine
-        from slurmtower.store.migrate import upgrade
+        from slurmtower.settings import load_settings  # deferred: the store's tools, only when the demo store is made
+        from slurmtower.store.engine import (  # deferred: the store's tools, only when the demo store is made
+            make_store_engine,  # deferred: the store's tools, only when the demo store is made
+        )
+        from slurmtower.store.migrate import upgrade  # deferred: alembic, only when the demo store is made
 
         url = load_settings(self.tower_conf, environ={}).effective_store_url()
         db = self.root / "slurmtower" / "slurmtower.db"

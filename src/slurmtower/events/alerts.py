@@ -57,6 +57,7 @@ from slurmtower.events.callback import HEADER_SIGNATURE, HEADER_TIMESTAMP, TIMES
 from slurmtower.models.event import Event
 from slurmtower.rules.builtin import webhook_signature
 from slurmtower.settings import HookSettings
+from slurmtower.store.schema import callback_nonces
 
 __all__ = [
     "ALERT_FIRING",
@@ -355,7 +356,7 @@ def verify_signed_webhook(secret: bytes | None, headers: Mapping[str, str], body
 
 
 def _seen(store: Any, keys: list[str], now: datetime) -> set[str]:
-    from slurmtower.store.schema import callback_nonces as t
+    t = callback_nonces
 
     found: set[str] = set()
     with store.engine.connect() as conn:
@@ -367,7 +368,7 @@ def _seen(store: Any, keys: list[str], now: datetime) -> set[str]:
 
 
 def _remember(store: Any, keys: list[str], expires_at: datetime, now: datetime) -> None:
-    from slurmtower.store.schema import callback_nonces as t
+    t = callback_nonces
 
     if not keys:
         return

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +122,6 @@ class EventFeed:
 
     def _wait(self) -> None:
         if self.store.engine.dialect.name != "postgresql":
-            import time
 
             time.sleep(self.poll)
             return
@@ -133,7 +133,6 @@ class EventFeed:
         except Exception as exc:  # the listening connection broke: poll until it is back
             log.warning("event feed: LISTEN connection lost (%s); polling", type(exc).__name__)
             self.close()
-            import time
 
             time.sleep(self.poll)
 

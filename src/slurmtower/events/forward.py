@@ -65,6 +65,7 @@ from slurmtower.events.store import EventStore
 from slurmtower.models.event import Event
 from slurmtower.rules.builtin import webhook_signature
 from slurmtower.settings import ForwardTarget, Settings
+from slurmtower.store.schema import event_cursors
 
 __all__ = [
     "CURSOR_PREFIX",
@@ -269,7 +270,7 @@ class Forwarder:
             self._metrics.events.labels(self.target.name, outcome).inc()
 
     def _load_cursor(self) -> int:
-        from slurmtower.store.schema import event_cursors as t
+        t = event_cursors
 
         with self.store.engine.connect() as conn:
             found = conn.execute(select(t.c.last_id).where(t.c.name == self.cursor_name)).scalar()

@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slurmtower.actions.ownership import reason_owner as owner_of
 from slurmtower.errors import AuthenticationError, ConfigError, InvalidInput, SlurmtowerError
 from slurmtower.events.callback import (
     HEADER_NONCE,
@@ -102,12 +103,7 @@ def callback_url(settings: Settings) -> str:
 
 
 def _ownership_parser() -> Callable[[Node], str | None] | None:
-    # The drain-ownership tag ("... [slurmtower:alice@cli]") is parsed by the actions
-    # package; optional here so the sensor works without it.
-    try:
-        from slurmtower.actions.ownership import reason_owner as owner_of
-    except ImportError:
-        return None
+    # The drain-ownership tag ("... [slurmtower:alice@cli]") is parsed by the actions package.
     return owner_of
 
 

@@ -117,7 +117,7 @@ class EventStore:
         shared = memory_sqlite(self._engine.url)
         self._lock: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if create:
-            from slurmtower.store.migrate import check_or_create
+            from slurmtower.store.migrate import check_or_create  # deferred: alembic, when the store is first opened
 
             check_or_create(self._base_engine, schema=schema)
 

@@ -59,6 +59,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from sqlalchemy.engine import make_url
 
 from slurmtower.live.codec import blob_digest, decode_snapshot, encode_snapshot
 from slurmtower.settings import Settings
@@ -138,7 +139,6 @@ def deployment_prefix(settings: Settings) -> str:
     configured to hide different partitions."""
     if settings.api.shared_cache_prefix:
         return settings.api.shared_cache_prefix
-    from sqlalchemy.engine import make_url
 
     store = make_url(settings.effective_store_url()).render_as_string(hide_password=True)
     hidden = ",".join(sorted(settings.api.hidden_partitions))

@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import gzip
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -35,8 +37,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic_core import to_json
+
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable
 from slurmtower.settings import Settings
+from slurmtower.slurm import make_client
 
 __all__ = ["OffloadSpec", "Offloaded", "RefreshWorker", "cpu_now", "die_with_parent", "render_bytes"]
 
@@ -102,10 +107,7 @@ def render_bytes(data: bytes, fetched_at: datetime, stale: bool,
 
     The ETag covers the payload only, not ``fetched_at``: a refresh that changes nothing keeps it.
     """
-    import gzip
-    import hashlib
 
-    from pydantic_core import to_json
 
     etag = 'W/"' + hashlib.blake2b(data, digest_size=12).hexdigest() + ('-s"' if stale else '"')
     meta: dict[str, Any] = {"fetched_at": fetched_at, "stale": stale}
@@ -152,7 +154,6 @@ def _init_worker(settings: Settings, queue_memo: dict[int, int] | None = None, s
     # The parent shuts the worker down in its lifespan; a Ctrl-C on the terminal's process
     # group must not kill a round half-way.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from slurmtower.slurm import make_client
 
     _client = make_client(settings, observers=[_record])
     resume = getattr(_client, "resume_queue", None)

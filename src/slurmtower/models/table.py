@@ -26,6 +26,7 @@ from typing import Any
 
 from slurmtower.models.job import Job, JobState
 from slurmtower.models.node import Node, node_sort_key
+from slurmtower.nodeset import NodeSet
 
 __all__ = ["JobTable", "NodeTable", "QueueDelta", "job_fragment", "node_fragment"]
 
@@ -194,7 +195,6 @@ class JobTable(_Table):
     @classmethod
     def from_jobs(cls, jobs: Iterable[Job]) -> JobTable:
         """A table of ``jobs`` (any order; a job id seen twice keeps its last record)."""
-        from slurmtower.nodeset import NodeSet
 
         by_id = {j.job_id: j for j in jobs}
         ordered = [by_id[k] for k in sorted(by_id)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from slurmtower.errors import ConfigError
 from slurmtower.settings import Settings
 from slurmtower.slurm.cli_backend import CliSlurmClient
 from slurmtower.slurm.client import (
@@ -39,7 +40,6 @@ def make_client(settings: Settings, observers: list[CallObserver] | None = None)
     if settings.slurm.backend == "cli":
         return cli
     if not settings.slurm.rest_url:
-        from slurmtower.errors import ConfigError
 
         raise ConfigError("slurm.backend = 'rest' needs slurm.rest_url", key="slurm.rest_url")
     return make_rest_client(settings, settings.slurm.rest_url, fallback=cli, observers=runner.observers)

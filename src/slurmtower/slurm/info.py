@@ -7,6 +7,8 @@ from typing import Any
 
 from slurmtower.errors import SlurmtowerError
 from slurmtower.settings import Settings
+from slurmtower.slurm import make_rest_client
+from slurmtower.slurm.adapters import data_parser_note
 from slurmtower.slurm.cli_backend import CliSlurmClient
 from slurmtower.slurm.client import SlurmClient
 from slurmtower.slurm.rest_backend import RestSlurmClient
@@ -19,7 +21,6 @@ def _rest(settings: Settings, client: SlurmClient) -> RestSlurmClient | None:
         return client
     if not settings.slurm.rest_url:
         return None
-    from slurmtower.slurm import make_rest_client
 
     return make_rest_client(settings, settings.slurm.rest_url)
 
@@ -29,7 +30,6 @@ def deprecation_warning(status: dict[str, Any]) -> str | None:
     api = status["api"]
     if api not in status["deprecated"]:
         return None
-    from slurmtower.slurm.adapters import data_parser_note
 
     note = data_parser_note(str(api))
     head = f"slurmrestd marks API {api} deprecated{f' ({note})' if note else ''}"

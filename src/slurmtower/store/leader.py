@@ -36,6 +36,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from slurmtower.errors import ConfigError
 from slurmtower.store.engine import sqlite_file
 
 __all__ = ["Leadership", "process_identity"]
@@ -91,7 +92,6 @@ class Leadership:
         elif url.get_backend_name() == "sqlite":
             self.kind = "process"
         else:
-            from slurmtower.errors import ConfigError
 
             raise ConfigError(f"leader election needs PostgreSQL or SQLite as the store, not "
                               f"{url.get_backend_name()}", key="store_url")

@@ -41,7 +41,7 @@ from sqlalchemy import Engine, MetaData, inspect, text
 from sqlalchemy.engine import Connection
 
 from slurmtower.errors import StoreSchemaError
-from slurmtower.store.engine import sqlite_file
+from slurmtower.store.engine import make_store_engine, sqlite_file
 from slurmtower.store.schema import TABLE_NAMES, metadata, schema_options
 
 __all__ = [
@@ -246,7 +246,6 @@ def check_or_create(engine: Engine, *, schema: str | None = None) -> StoreState:
 
 def check_store_url(url: str) -> StoreState:
     """:func:`check_or_create` on the store at ``url`` (its engine opened, then disposed)."""
-    from slurmtower.store.engine import make_store_engine
 
     engine = make_store_engine(url)
     try:

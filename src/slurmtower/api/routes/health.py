@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
@@ -51,7 +52,6 @@ async def index(request: Request, services: ServicesDep) -> HTMLResponse:
     """Every GET route and whether it answers now (when ``api.serve_index`` is on)."""
     if not services.settings.api.serve_index:
         raise NotFound("the route index is off (api.serve_index)")
-    import httpx
 
     # The OpenAPI paths: newer FastAPI nests included routers, so app.routes is not flat.
     paths = request.app.openapi().get("paths", {})

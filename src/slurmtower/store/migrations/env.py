@@ -12,6 +12,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from slurmtower.store.engine import make_store_engine
 from slurmtower.store.migrate import VERSION_TABLE
 from slurmtower.store.schema import metadata, schema_options
 
@@ -36,7 +37,6 @@ def _main() -> None:
     if connection is not None:
         _run(connection, schema)
         return
-    from slurmtower.store.engine import make_store_engine
 
     url = config.get_main_option("sqlalchemy.url")
     if not url:
