@@ -24,7 +24,8 @@ fi
 [ -x .venv/promtool/usr/bin/promtool ] && export PATH="$PATH:$PWD/.venv/promtool/usr/bin"
 $BIN/ruff check src tests bench
 $BIN/mypy
-$BIN/pytest "$@"
+# The 30 slowest tests at the end: where the suite's budget goes.
+$BIN/pytest --durations=30 "$@"
 # The release suites (-m release: actions, sensor, REST API, /history against sacct, the
 # slurmrestd backend) again on every other Slurm install found: /opt/slurm-* and
 # $SLURMTOWER_TEST_SLURM_PREFIXES, each on its own devcluster, stopped afterwards.

@@ -99,9 +99,6 @@ class NodeSet:
         ns.difference_update(NodeSet(other)._ns)
         return NodeSet._wrap(ns)
 
-    def to_list(self) -> list[str]:
-        return list(self._ns)
-
 
 class _NoResolver:
     """A group resolver that resolves nothing (user input never expands groups)."""

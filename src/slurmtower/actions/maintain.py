@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,11 +30,12 @@ from pydantic import Field, field_validator
 
 from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name, check_program
 from slurmtower.actions.registry import Run, action
-from slurmtower.errors import InvalidInput, SlurmtowerError
+from slurmtower.errors import InvalidInput, SlurmTimeout, SlurmtowerError, SlurmUnavailable
 from slurmtower.events.store import EventStore
 from slurmtower.models import JobState, NodeState
 from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet
+from slurmtower.slurm.runner import CommandRunner
 
 __all__ = ["EVENT_PREFIX", "TYPES", "Maintenance", "NodeMaintainParams"]
 
@@ -369,11 +369,16 @@ class Maintenance:
         argv = _argv(str(p["check"]), state.node)
         if not p.get("check_as_job"):
             try:
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=int(p["check_timeout"]),  # noqa: S603
-                                      check=False, stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
+                # Every subprocess goes through the runner (its timeout, argv only, cwd /); the
+                # check's own runner: a check program is no Slurm call in the metrics.
+                proc = CommandRunner().run(argv, timeout=int(p["check_timeout"]), input="", check=False)
+            except SlurmTimeout:
                 self._record(state, "check_started", argv=argv, where="host")
                 self._check_done(state, False, f"check timed out after {p['check_timeout']} s", None)
+                return
+            except SlurmUnavailable:
+                self._record(state, "check_started", argv=argv, where="host")
+                self._check_done(state, False, "check could not run: No such file or directory", None)
                 return
             except OSError as exc:
                 self._record(state, "check_started", argv=argv, where="host")

@@ -71,12 +71,6 @@ class NodeSnapshot:
             reason_owner=owner or None,
         )
 
-    def same_condition(self, other: NodeSnapshot) -> bool:
-        """True when base state and flags are equal (the reason is not compared)."""
-        return self.state == other.state and self.flags == other.flags
-
-
-
 
 def _kind(before: NodeSnapshot | None, after: NodeSnapshot | None) -> TransitionKind | None:
     if before is None and after is None:

@@ -86,10 +86,6 @@ class RuleEngine:
     def rules(self) -> list[Rule]:
         return list(self._rules)
 
-    def replace_rules(self, rules: Iterable[Rule]) -> None:
-        """Swap in a reloaded rule set (rate limits carry over: they live in the store)."""
-        self._rules = list(rules)
-
     def _context(self, event: Event, rule: Rule) -> dict[str, Any]:
         # A deep copy: an action must not be able to change the event other rules see.
         return {
