@@ -208,6 +208,23 @@ def test_over_http_the_service_moves_the_run_on(settings: Settings, clean_nodes:
     assert "maint_n3" not in reservation("maint_n3")
 
 
+def test_a_waited_run_whose_check_fails_ends_failed(settings: Settings, devcluster: Any,
+                                                    clean_nodes: object) -> None:
+    """The node stays drained: the execution says failed (exit code 1), not succeeded."""
+    env = devcluster.command_env()
+    env["SLURMTOWER_STATE_DIR"] = str(settings.state_dir)
+    env["SLURMTOWER_ACTIONS__MAINTENANCE_INTERVAL"] = "1"
+    proc = subprocess.run([".venv/bin/slurmtower", "run", "slurm.node.maintain", "nodes=n4", "wait=true",
+                           "check=/bin/sh -c 'exit 3'", "--output", "json"], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["status"] == "failed" and body["exit_code"] == 1
+    assert body["result"]["runs"]["n4"]["outcome"] == "check_failed"
+    assert "maintenance failed on n4" in body["stderr"]
+    assert "DRAIN" in node_states()["n4"]
+
+
 def test_the_cli_can_wait_for_the_end(settings: Settings, devcluster: Any, clean_nodes: object) -> None:
     """``slurmtower run slurm.node.maintain ... wait=true``: the command moves the run on itself
     and ends with it (a CLI user without a running service)."""

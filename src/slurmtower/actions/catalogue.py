@@ -303,9 +303,10 @@ class Catalogue:
             result = spec.run(run, model)
         except SlurmtowerError as exc:
             return self._failed(spec, execution_id, started, used, run, exc, intent=spec.mutating)
-        status = PARTIAL if run.partial is not None else "succeeded"
+        status = "failed" if run.failed is not None else PARTIAL if run.partial is not None else "succeeded"
         env = self._envelope(spec, execution_id, started, used, run, status=status, result=result)
-        outcome: AuditOutcome = "dry_run" if run.dry_run else "partial" if run.partial is not None else "succeeded"
+        outcome: AuditOutcome = ("dry_run" if run.dry_run else "failed" if run.failed is not None
+                                 else "partial" if run.partial is not None else "succeeded")
         return self._record(spec, env, run, outcome, "\n".join(run.stdout))
 
     def _failed(self, spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run,
@@ -367,10 +368,11 @@ class Catalogue:
     @staticmethod
     def _envelope(spec: ActionSpec, execution_id: str, started: datetime, used: dict[str, Any], run: Run, *,
                   status: str, result: Any = None, error: SlurmtowerError | None = None) -> Envelope:
-        stderr = error.message if error is not None else run.partial or ""
+        stderr = error.message if error is not None else run.failed or run.partial or ""
         if isinstance(error, SlurmError) and error.stderr and error.stderr.strip() != error.message:
             stderr = error.stderr.strip()
-        exit_code = error.exit_code if error is not None else PARTIAL_EXIT_CODE if status == PARTIAL else 0
+        exit_code = (error.exit_code if error is not None else PARTIAL_EXIT_CODE if status == PARTIAL
+                     else SlurmtowerError.exit_code if status == "failed" else 0)
         return Envelope(
             execution_id=execution_id,
             action=spec.name,

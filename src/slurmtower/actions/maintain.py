@@ -109,6 +109,11 @@ def plan(node: str, p: NodeMaintainParams) -> list[str]:
     return steps
 
 
+#: How a run ends when its node did not come back through it (an error, a failed check, jobs
+#: that outlived ``idle_timeout``): an execution that waited for them ends failed or partial.
+FAILED_OUTCOMES = frozenset({"failed", "check_failed", "timed_out"})
+
+
 @action("slurm.node.maintain", NodeMaintainParams, mutating=True, permission="operate")
 def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
     """Maintain nodes: drain, MAINT reservation, wait until idle, check, resume or keep drained."""
@@ -145,6 +150,13 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
         maintenance.close()
     for node, st in states.items():
         run.stdout.append(f"{node}: maintenance {st.run_id}: {st.last}")
+    failed = [node for node, st in states.items() if st.finished and st.outcome in FAILED_OUTCOMES]
+    if failed:
+        why = f"maintenance failed on {NodeSet(failed)} (see each run's slurmtower.maintain.* events)"
+        if len(failed) == len(states):
+            run.failed = why
+        else:
+            run.partial = why
     return {"nodes": str(ns), "plan": plans,
             "runs": {node: {"run": st.run_id, "step": st.last, "outcome": st.outcome} for node, st in states.items()}}
 

@@ -43,6 +43,9 @@ class Run:
     partial: str | None = None
     """Set by an action that changed only part of what it was asked to (why, in one line):
     the execution ends ``partial`` instead of ``succeeded``."""
+    failed: str | None = None
+    """Set by an action whose work ran and failed as a whole, without an error to raise (why,
+    in one line): the execution ends ``failed`` (exit code 1), its result kept."""
     store: ActionStore | None = None
     """The action store (its engine also holds the node holds and the event log)."""
     execution_id: str | None = None

@@ -37,7 +37,7 @@ from slurmtower.dashboard.overview import (
     partition_rows,
     resources,
 )
-from slurmtower.dashboard.render import render
+from slurmtower.dashboard.render import page_context, render
 from slurmtower.errors import AuthenticationError, NotFound, SlurmtowerError
 from slurmtower.live.cache import Snapshot
 from slurmtower.models import JobState
@@ -218,20 +218,54 @@ def _is_page(path: str) -> bool:
         ("/ui/static/", "/ui/fragments/", "/ui/login", "/ui/whoami")))
 
 
-def setup(_services: Services, app: FastAPI) -> None:
-    """Send browsers that are not logged in from /ui to the login page (401 with a link)."""
-    fallback = app.exception_handlers.get(SlurmtowerError)
+#: A page's section (its header's active link), its title and where to go from an error.
+_SECTIONS = (
+    ("/ui/jobs", "Jobs", (("/ui/jobs", "All jobs"), ("/ui/history", "History"))),
+    ("/ui/history", "History", (("/ui/jobs", "All jobs"), ("/ui/history", "History"))),
+    ("/ui/nodes", "Nodes", (("/ui/nodes", "All nodes"),)),
+    ("/ui/partitions", "Partitions", (("/ui", "Overview"),)),
+    ("/ui/reservations", "Reservations", (("/ui", "Overview"),)),
+)
 
-    async def unauthenticated(request: Request, exc: Exception) -> Response:
+
+def _error_page(request: Request, exc: SlurmtowerError) -> HTMLResponse | None:
+    """The page a browser gets for a library error on a dashboard page (its status, the
+    error's message, never a trace); None where the caller is not known yet."""
+    principal = getattr(request.state, "slurmtower_principal", None)
+    if not isinstance(principal, Principal):
+        return None
+    path = request.url.path
+    active, title, links = next(((prefix, t, ls) for prefix, t, ls in _SECTIONS
+                                 if path == prefix or path.startswith(prefix + "/")),
+                                ("/ui", "Overview", (("/ui", "Overview"),)))
+    services: Services = request.app.state.services
+    return render("error.html", status_code=exc.http_status, title=title, message=exc.message,
+                  status=exc.http_status, links=links,
+                  **page_context(principal, services.settings.cluster_name, active))
+
+
+def setup(_services: Services, app: FastAPI) -> None:
+    """Dashboard pages answer library errors as pages, in this one handler: a browser that is
+    not logged in is sent to the login page (401 with a link), any other error (a bad filter,
+    a node that is not there, slurmctld not answering) is a page with its status and message."""
+    fallback = app.exception_handlers.get(SlurmtowerError)
+    assert fallback is not None
+
+    async def as_page(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SlurmtowerError)
         wants_html = "text/html" in request.headers.get("accept", "")
-        if (_is_page(request.url.path) and wants_html and isinstance(exc, AuthenticationError)
-                and not isinstance(exc, LoginRateLimited)):
-            page = _render("redirect.html", message=exc.message, target="/ui/login")
-            page.status_code = 401
-            page.headers["WWW-Authenticate"] = "Bearer"
-            return page
-        assert fallback is not None
+        if _is_page(request.url.path) and wants_html:
+            if isinstance(exc, AuthenticationError) and not isinstance(exc, LoginRateLimited):
+                page = _render("redirect.html", message=exc.message, target="/ui/login")
+                page.status_code = 401
+                page.headers["WWW-Authenticate"] = "Bearer"
+                return page
+            shown = _error_page(request, exc)
+            if shown is not None:
+                if exc.http_status == 401:
+                    shown.headers["WWW-Authenticate"] = "Bearer"
+                return shown
         response = fallback(request, exc)
         return await response if inspect.isawaitable(response) else response
 
-    app.add_exception_handler(AuthenticationError, unauthenticated)
+    app.add_exception_handler(SlurmtowerError, as_page)

@@ -48,12 +48,6 @@ def _page(template: str, services: Services, principal: Principal, active: str, 
                   **page_context(principal, services.settings.cluster_name, active), **context)
 
 
-def _error_page(services: Services, principal: Principal, active: str, exc: SlurmtowerError,
-                title: str) -> HTMLResponse:
-    return _page("jobs_error.html", services, principal, active, status_code=exc.http_status, title=title,
-                 message=exc.message, status=exc.http_status)
-
-
 # -- /ui/jobs ------------------------------------------------------------------------------------
 @router.get("/jobs", response_class=HTMLResponse)
 async def jobs_page(request: Request, services: ServicesDep, principal: Reader) -> HTMLResponse:
@@ -65,10 +59,7 @@ async def jobs_page(request: Request, services: ServicesDep, principal: Reader) 
     except InvalidInput as exc:
         error = exc
         query = v.QueueQuery(form={k: val for k, val in request.query_params.items() if k in v.QUEUE_PARAMS})
-    try:
-        snap = await services.live().jobs()
-    except SlurmtowerError as exc:
-        return _error_page(services, principal, "/ui/jobs", exc, "Jobs")
+    snap = await services.live().jobs()  # slurmctld down: the dashboard's error page (routes/dashboard.py)
     table: JobTable = snap.value
     policy = Visibility.from_settings(services.settings)
     now = datetime.now(UTC)
@@ -113,8 +104,7 @@ async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTM
     steps, exit codes, nodes and (once ended) CPU and memory efficiency."""
     active = "/ui/jobs"
     if not (job_id.isascii() and job_id.isdigit()) or int(job_id) >= 2**32:
-        return _error_page(services, principal, active,
-                           InvalidInput(f"{job_id[:40]!r} is not a job id (a whole number)"), "Job")
+        raise InvalidInput(f"{job_id[:40]!r} is not a job id (a whole number)", param="job_id")
     jid = int(job_id)
     policy = Visibility.from_settings(services.settings)
     client = services.client
@@ -155,9 +145,8 @@ async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTM
             acct_note = f"accounting did not answer: {exc.message}"
     if main is None and not runs:
         if acct_failed is not None:
-            return _error_page(services, principal, active, AccountingUnavailable(
-                f"slurmctld does not hold job {jid} and the accounting database did not answer "
-                f"({acct_failed.message})"), f"Job {jid}")
+            raise AccountingUnavailable(f"slurmctld does not hold job {jid} and the accounting database did not "
+                                        f"answer ({acct_failed.message})")
         where = "slurmctld does not hold it and accounting has no record of it" if runs is not None else \
             "slurmctld does not hold it (accounting is not configured)"
         return _page("job.html", services, principal, active, status_code=404, job_id=jid, missing=where,

@@ -34,7 +34,7 @@ from slurmtower.dashboard.data import node_view
 from slurmtower.dashboard.nodes_map import build_map, node_entries, parse_filter
 from slurmtower.dashboard.nodes_timeline import CONDITIONS, build_timeline, describe_owner, human_duration
 from slurmtower.dashboard.render import page_context, render
-from slurmtower.errors import InvalidInput, SlurmtowerError
+from slurmtower.errors import InvalidInput, NotFound, SlurmtowerError
 from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import JobState, Node
 from slurmtower.models.event import NODE_STATE, Event
@@ -77,11 +77,6 @@ def _packed(request: Request, page: HTMLResponse) -> HTMLResponse:
     return packed
 
 
-def _error(services: Services, principal: Principal, status: int, title: str, message: str) -> HTMLResponse:
-    return render("nodes_error.html", status_code=status,
-                  **_common(services, principal, title=title, message=message))
-
-
 def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else ""
 
@@ -111,10 +106,7 @@ async def nodes_page(
         flt = parse_filter(q, state or (), partition)
     except InvalidInput as exc:
         flt, problem = None, exc
-    try:
-        nodes, snap = await _visible_nodes(services)
-    except SlurmtowerError as exc:
-        return _error(services, principal, exc.http_status, "Nodes unavailable", exc.message)
+    nodes, snap = await _visible_nodes(services)  # slurmctld down: the dashboard's error page
     context = _common(services, principal, fetched_at=_when(snap.fetched_at), stale=snap.stale,
                       q=q or "", states=set(state or ()), partition=partition or "")
     if flt is None:
@@ -170,21 +162,17 @@ async def node_page(
     elif days.isascii() and days.isdigit() and 1 <= int(days) <= MAX_DAYS:
         window = int(days)
     else:
-        return _error(services, principal, 400, "Bad window",
-                      f"days must be a whole number from 1 to {MAX_DAYS}, not {days[:20]!r}.")
-    try:
-        snap = await services.live().nodes()
-        hidden = await services.live().hidden_nodes()
-    except SlurmtowerError as exc:
-        return _error(services, principal, exc.http_status, "Node unavailable", exc.message)
+        raise InvalidInput(f"days must be a whole number from 1 to {MAX_DAYS}, not {days[:20]!r}.", param="days")
+    snap = await services.live().nodes()
+    hidden = await services.live().hidden_nodes()
     table: NodeTable = snap.value
     policy = Visibility.from_settings(services.settings)
     rows = table.rows_of([name])
     node = Node.model_validate_json(table.fragments[rows[0]]) if rows else None
     node = policy.node(node) if node is not None else None
     if node is None or name in hidden:
-        return _error(services, principal, 404, "No such node",
-                      f"There is no node named {name!r} in this cluster (or it is not shown to you).")
+        raise NotFound(f"There is no node named {name!r} in this cluster (or it is not shown to you).",
+                       param="name")
     try:
         jobs_snap = await services.live().jobs()
     except SlurmtowerError:
