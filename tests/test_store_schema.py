@@ -58,6 +58,7 @@ from slurmtower.models.event import NODE_STATE, Event
 from slurmtower.settings import Settings
 from slurmtower.store import migrate
 from slurmtower.store.engine import make_store_engine
+from slurmtower.store.revision import HEAD_REVISION
 from slurmtower.store.schema import TABLE_NAMES, metadata
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1/test"
@@ -579,3 +580,8 @@ def test_the_api_answers_a_refused_store_as_a_problem(tmp_path: Path) -> None:
     assert problem["remedy"] == "slurmtower db upgrade"
     assert problem["revision"] == migrate.BASELINE_REVISION and problem["head"] == HEAD
     assert "run `slurmtower db upgrade`" in problem["detail"]
+
+
+def test_the_pinned_head_is_the_migrations_head() -> None:
+    # Stores at the head open without Alembic (store/revision.py): its pin must follow the scripts.
+    assert migrate.head_revision() == HEAD_REVISION

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
 from slurmtower.errors import Conflict, InvalidInput, SlurmtowerError
 from slurmtower.store.engine import make_store_engine
+from slurmtower.store.revision import ensure_current
 from slurmtower.store.schema import action_audit as audit
 from slurmtower.store.schema import action_executions as executions
 
@@ -77,11 +78,9 @@ class ActionStore:
     """
 
     def __init__(self, url: str) -> None:
-        from slurmtower.store.migrate import check_or_create  # deferred: alembic, when the store is first opened
-
         self.engine: Engine = make_store_engine(url)
         try:
-            check_or_create(self.engine)
+            ensure_current(self.engine)
         except SQLAlchemyError as exc:
             # The database's own text (paths, SQL) is for the log; the problem says what failed.
             log.warning("cannot open the action store: %s: %s", type(exc).__name__, exc)

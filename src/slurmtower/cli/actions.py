@@ -10,9 +10,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from slurmtower.cli.app import app
+from slurmtower.cli.app import app, load_settings
 from slurmtower.errors import InvalidInput
-from slurmtower.settings import load_settings
 
 __all__ = ["actions_app"]
 

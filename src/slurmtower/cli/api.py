@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from slurmtower.cli.app import app
-from slurmtower.settings import load_settings
+from slurmtower.cli.app import app, load_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from slurmtower.cli.app import app
+from slurmtower.cli.app import app, load_settings
 from slurmtower.errors import InvalidInput
+from slurmtower.principal import ROLES as TOKEN_ROLES
 from slurmtower.principal import hash_token, new_token
-from slurmtower.settings import TOKEN_ROLES, load_settings
 
 __all__ = ["token_app"]
 

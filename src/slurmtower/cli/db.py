@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from slurmtower.cli.app import app
-from slurmtower.settings import load_settings
+from slurmtower.cli.app import app, load_settings
 
 __all__ = ["db_app"]
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from slurmtower.cli.app import app
-from slurmtower.devcluster import DEFAULT_DIR, DevCluster, find_slurm_installs, release_cluster_layout
+from slurmtower.devcluster.installs import DEFAULT_DIR, find_slurm_installs, release_cluster_layout
 from slurmtower.nodeset import NodeSet
+
+if TYPE_CHECKING:
+    from slurmtower.devcluster.cluster import DevCluster
 
 __all__ = ["devcluster_app"]
 
@@ -27,6 +30,8 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="Where the cluster keeps its
 
 def _cluster(root: Path, quiet: bool = False, nodes: int | None = None,
              slurm_prefix: Path | None = None) -> DevCluster:
+    from slurmtower.devcluster.cluster import DevCluster  # deferred: CLI startup
+
     return DevCluster(root=root, log=(lambda _m: None) if quiet else typer.echo, nodes=nodes,
                       slurm_prefix=slurm_prefix)
 

@@ -8,13 +8,15 @@ import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app
+from slurmtower.cli.app import app, load_settings
 from slurmtower.errors import InvalidInput
-from slurmtower.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from slurmtower.settings import Settings
 
 __all__ = ["parse_since", "rules_app"]
 

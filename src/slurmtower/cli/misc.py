@@ -10,7 +10,6 @@ import typer
 
 from slurmtower import __version__
 from slurmtower.cli.app import app
-from slurmtower.settings import describe, load_settings
 
 __all__ = ["config_app"]
 
@@ -31,6 +30,8 @@ def version() -> None:
 def config_show(config: ConfigOpt = None,
                 output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
     """Print the effective configuration, where each value came from, secrets masked."""
+    from slurmtower.settings import describe, load_settings  # deferred: CLI startup
+
     rows = describe(load_settings(config))
     if output == "json":
         typer.echo(json.dumps({k: {"value": v, "source": s} for k, v, s in rows}, indent=2))
@@ -45,6 +46,7 @@ def info(config: ConfigOpt = None,
          output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
     """Print the Slurm version, the backend in use and its capabilities, slurmrestd's API versions
     (where one is configured); warn (stderr) when the REST API version in use is deprecated."""
+    from slurmtower.settings import load_settings  # deferred: CLI startup
     from slurmtower.slurm import make_client  # deferred: CLI startup
     from slurmtower.slurm.info import cluster_info  # deferred: CLI startup
 

@@ -36,13 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmtower.devcluster.installs import DEFAULT_DIR
 from slurmtower.errors import ConfigError, SlurmError, SlurmtowerError
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.runner import CommandRunner
 
 __all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs"]
 
-DEFAULT_DIR = Path("/var/lib/slurmtower/devcluster")
 
 PACKAGES = [
     "slurmctld",

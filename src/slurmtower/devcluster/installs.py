@@ -10,7 +10,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SEARCH_GLOB", "SlurmInstall", "find_slurm_installs", "release_cluster_layout"]
+__all__ = ["DEFAULT_DIR", "SEARCH_GLOB", "SlurmInstall", "find_slurm_installs", "release_cluster_layout"]
+
+#: Where the default local cluster keeps its config and state.
+DEFAULT_DIR = Path("/var/lib/slurmtower/devcluster")
 
 #: Where installs are looked for besides ``$SLURMTOWER_TEST_SLURM_PREFIXES``.
 SEARCH_GLOB = "/opt/slurm-*"

@@ -50,6 +50,7 @@ from slurmtower.events.transitions import NodeSnapshot, diff_states
 from slurmtower.models.event import Event, RuleRun
 from slurmtower.store import schema as _schema
 from slurmtower.store.engine import READ_ONLY, make_store_engine, memory_sqlite
+from slurmtower.store.revision import ensure_current
 
 __all__ = ["MAX_QUERY_LIMIT", "EventStore", "PurgeResult", "notify_channel"]
 
@@ -117,9 +118,7 @@ class EventStore:
         shared = memory_sqlite(self._engine.url)
         self._lock: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if create:
-            from slurmtower.store.migrate import check_or_create  # deferred: alembic, when the store is first opened
-
-            check_or_create(self._base_engine, schema=schema)
+            ensure_current(self._base_engine, schema=schema)
 
     @property
     def engine(self) -> Engine:

@@ -25,6 +25,7 @@ from slurmtower.live.usage import build_usage
 from slurmtower.models import JobState, Node, Partition
 from slurmtower.models.table import JobTable
 from slurmtower.store import schema
+from slurmtower.store.revision import ensure_current
 
 __all__ = ["LoadArchive", "LoadSample", "take_sample"]
 
@@ -69,9 +70,7 @@ class LoadArchive:
         """Check the store's schema once (creating an empty store; raises
         :class:`~slurmtower.errors.StoreSchemaError` for one at another revision)."""
         if not self._created:
-            from slurmtower.store.migrate import check_or_create  # deferred: alembic, first use only
-
-            check_or_create(self.engine)
+            ensure_current(self.engine)
             self._created = True
 
     def add(self, sample: LoadSample, retention_seconds: float) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from slurmtower.errors import ConfigError
 from slurmtower.settings import Settings
 from slurmtower.slurm.cli_backend import CliSlurmClient
@@ -12,8 +15,10 @@ from slurmtower.slurm.client import (
     Capabilities,
     SlurmClient,
 )
-from slurmtower.slurm.rest_backend import RestSlurmClient
 from slurmtower.slurm.runner import CallObserver, CommandResult, CommandRunner
+
+if TYPE_CHECKING:
+    from slurmtower.slurm.rest_backend import RestSlurmClient
 
 __all__ = [
     "NODE_STATES_SETTABLE",
@@ -48,6 +53,8 @@ def make_client(settings: Settings, observers: list[CallObserver] | None = None)
 def make_rest_client(settings: Settings, url: str, *, fallback: SlurmClient | None = None,
                      observers: list[CallObserver] | None = None) -> RestSlurmClient:
     """A slurmrestd client at ``url`` with the settings' user, token or key, timeout and pin."""
+    from slurmtower.slurm.rest_backend import RestSlurmClient  # deferred: httpx and jwt, REST only
+
     token = settings.slurm.rest_token.get_secret_value() if settings.slurm.rest_token else None
     return RestSlurmClient(
         url,
@@ -59,3 +66,10 @@ def make_rest_client(settings: Settings, url: str, *, fallback: SlurmClient | No
         observers=observers,
         api_version=settings.slurm.rest_api_version,
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The REST backend (httpx, jwt: 0.15 s) is loaded when a REST client is made or named.
+    if name == "RestSlurmClient":
+        return importlib.import_module("slurmtower.slurm.rest_backend").RestSlurmClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,6 +42,7 @@ from sqlalchemy.engine import Connection
 
 from slurmtower.errors import StoreSchemaError
 from slurmtower.store.engine import make_store_engine, sqlite_file
+from slurmtower.store.revision import VERSION_TABLE
 from slurmtower.store.schema import TABLE_NAMES, metadata, schema_options
 
 __all__ = [
@@ -59,7 +60,6 @@ __all__ = [
 ]
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-VERSION_TABLE = "slurmtower_alembic_version"
 """Alembic's version table, named for slurmtower: a database it shares keeps its own."""
 BASELINE_REVISION = "0001_released_schema"
 """The schema of slurmtower 0.1, whose stores have no version table."""
