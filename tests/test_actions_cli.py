@@ -81,6 +81,9 @@ BAD = [
     (["run", "slurm.node.update", "nodes=n1", 'infos={"real_memory": 9}'], "cannot update node field"),
     (["run", "slurm.node.drain", "nodes"], "expected key=value"),
     (["run", "slurm.job.find", "criterias={bad json"], "not valid JSON"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["run"], "Missing argument 'action'"),
+    (["run", "slurm.node.get", "nodes=n1", "--nope"], "No such option: --nope"),
 ]
 
 

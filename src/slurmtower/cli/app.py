@@ -66,13 +66,12 @@ def main(argv: list[str] | None = None) -> Any:
     except typer.Abort:
         typer.echo("slurmtower: aborted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click  # deferred: CLI startup
-
-        if isinstance(exc, click.exceptions.UsageError):
-            typer.echo(f"slurmtower: error: {exc.format_message()}", err=True)
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.ClickException):
-            typer.echo(f"slurmtower: error: {exc.format_message()}", err=True)
-            sys.exit(exc.exit_code)
+    except Exception as exc:
+        # Usage errors (an unknown command, a missing argument) of click, or of the click
+        # typer bundles: both are ClickExceptions with a message and an exit code (2).
+        message = getattr(exc, "format_message", None)
+        code = getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int):
+            typer.echo(f"slurmtower: error: {message()}", err=True)
+            sys.exit(code)
         raise
