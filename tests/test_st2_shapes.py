@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slurmtower.actions import st2
+from slurmtower.actions import Envelope, st2
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
 from slurmtower.runtime import Services
@@ -346,6 +346,23 @@ def test_over_http_the_format_parameter_gives_the_same_shape(http: Http, cli: An
     again = http.get(f"/executions/{drain['id']}?format=st2", headers=_auth("reader"))
     assert again.status_code == 200 and again.json() == drain
     assert drain["status"] == "succeeded" and drain["parameters"]["dry_run"] is True
+    # each answer is the shape the OpenAPI document declares for it (Envelope | St2Execution)
+    schema = http.get("/openapi.json").json()
+    declared = schema["paths"]["/actions/{name}"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert {r["$ref"].rsplit("/", 1)[1] for r in declared["schema"]["anyOf"]} == {"Envelope", "St2Execution"}
+    st2.St2Execution.model_validate(over_http)
+    st2.St2Execution.model_validate(drain)
+    Envelope.model_validate(plain)
+
+
+@pytest.mark.cluster
+def test_options_and_405_name_every_method_of_the_path(http: Http) -> None:
+    options = http.request("OPTIONS", "/actions/slurm.node.get")
+    assert options.status_code == 204 and options.headers["allow"] == "GET, POST, OPTIONS"
+    refused = http.request("PUT", "/actions/slurm.node.get", headers=_auth("reader"))
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, POST, OPTIONS"
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert http.request("OPTIONS", "/no/such/route/here").status_code == 404
 
 
 @pytest.mark.cluster

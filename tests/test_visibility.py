@@ -286,6 +286,9 @@ def test_nodes_only_in_hidden_partitions_leave_nodes_events_and_node_get(devclus
         assert [(n["name"], n["partitions"]) for n in nodes] == [("n3", ["short"]), ("n4", ["short"])]
         events = client.get("/events?type=test.visibility", headers=bearer(READER)).json()
         assert [e["node"] for e in events] == ["n3"]
+        # /metrics counts the events a reader may see: n3's, not n1's
+        scrape = client.get("/metrics", headers=bearer(READER)).text
+        assert 'slurmtower_events{type="test.visibility"} 1.0' in scrape, scrape[-2000:]
         got = client.post("/actions/slurm.node.get", json={"nodes": "n[1-4]"}, headers=bearer(READER))
         assert sorted(got.json()["result"]) == ["n3", "n4"]
         assert client.post("/actions/slurm.node.get", json={"nodes": "n1"},

@@ -33,7 +33,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from slurmtower.errors import InvalidInput
 from slurmtower.models import Job, JobState, JobStep, Node, config_key, parse_job_state
@@ -51,6 +53,8 @@ __all__ = [
     "TABLES",
     "From",
     "NotRead",
+    "St2Execution",
+    "St2Result",
     "check_format",
     "execution",
     "markdown_table",
@@ -752,6 +756,29 @@ def _parameters(used: Mapping[str, Any], given: Mapping[str, Any] | None) -> dic
 #: st2 has no partial outcome: a partial execution is ``failed`` (its ``exit_code`` 4 and
 #: ``stderr`` say what changed).
 _STATUS = {"succeeded": "succeeded", "partial": "failed", "failed": "failed"}
+
+
+class St2Result(BaseModel):
+    """An execution's ``result`` as the pack's actions gave it."""
+
+    exit_code: int
+    """0 on success, else the exit code ``slurmtower run`` ends with."""
+    result: Any = None
+    """The action's answer in the pack's shape (its field names, docs/stackstorm.md)."""
+    stderr: str
+    stdout: str
+
+
+class St2Execution(BaseModel):
+    """An execution as ``st2 run`` prints it (``?format=st2``, ``--output st2``)."""
+
+    id: str | None
+    """The execution id (slurmtower's ``execution_id``)."""
+    status: Literal["succeeded", "failed"]
+    """``failed`` also for a partial outcome (StackStorm has no partial)."""
+    parameters: dict[str, Any]
+    """The pack's parameters (``nodes`` a list, the caller's names)."""
+    result: St2Result
 
 
 def execution(body: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -20,7 +20,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema
@@ -110,6 +112,49 @@ class _RefuseNul:
         await self.app(scope, receive, send)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+class _Allow:
+    """``OPTIONS`` answers 204 with every method the path takes (``Allow``), and a 405 names
+    them all: Starlette's own would name only the first route matching the path's (``Allow:
+    GET`` on ``/actions/{name}``, which also takes POST)."""
+
+    def __init__(self, app: ASGIApp, routes: list[BaseRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    def _allowed(self, scope: Scope) -> list[str]:
+        found = []
+        for method in _METHODS:
+            probe = {**scope, "method": method}
+            if any(route.matches(probe)[0] is Match.FULL for route in self.routes):
+                found.append(method)
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS":
+            allowed = self._allowed(scope)
+            if allowed:
+                await Response(status_code=204, headers={"Allow": ", ".join([*allowed, "OPTIONS"])})(
+                    scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+
+        async def send_allow(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 405:
+                allowed = ", ".join([*self._allowed(scope), "OPTIONS"])
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+                message = {**message, "headers": [*headers, (b"allow", allowed.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_allow)
+
+
 def _route_modules(names: tuple[str, ...]) -> list[Any]:
     modules = []
     for name in names:
@@ -160,6 +205,7 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(_RefuseNul)
+    app.add_middleware(_Allow, routes=app.router.routes)  # the router's list: routes added below count
     app.add_exception_handler(SlurmtowerError, slurmtower_problem)
     app.add_exception_handler(RequestValidationError, _validation_problem)
     app.add_exception_handler(StarletteHTTPException, http_problem)

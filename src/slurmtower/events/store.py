@@ -26,7 +26,7 @@ slurmtower's *own* store (never slurmdbd's), defined in :mod:`slurmtower.store.s
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +38,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    or_,
     select,
     text,
     update,
@@ -506,12 +507,19 @@ class EventStore:
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
-    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Events by type and rule runs by outcome, over the whole store (``/metrics``)."""
+    def counts(self, hidden_nodes: Collection[str] = ()) -> tuple[dict[str, int], dict[str, int]]:
+        """Events by type and rule runs by outcome over the whole store (``/metrics``), those
+        of ``hidden_nodes`` left out (the visibility policy's nodes only in hidden partitions)."""
         events, runs = self._t.events, self._t.rule_runs
+        by_type_q = select(events.c.type, func.count()).group_by(events.c.type)
+        by_outcome_q = select(runs.c.outcome, func.count()).group_by(runs.c.outcome)
+        if hidden_nodes:
+            hidden = sorted(hidden_nodes)
+            by_type_q = by_type_q.where(or_(events.c.node.is_(None), events.c.node.not_in(hidden)))
+            by_outcome_q = by_outcome_q.where(or_(runs.c.node.is_(None), runs.c.node.not_in(hidden)))
         with self._read() as conn:
-            by_type = conn.execute(select(events.c.type, func.count()).group_by(events.c.type)).all()
-            by_outcome = conn.execute(select(runs.c.outcome, func.count()).group_by(runs.c.outcome)).all()
+            by_type = conn.execute(by_type_q).all()
+            by_outcome = conn.execute(by_outcome_q).all()
         return {str(t): int(c) for t, c in by_type}, {str(o): int(c) for o, c in by_outcome}
 
     def last_rule_run_start(

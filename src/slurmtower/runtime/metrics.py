@@ -334,11 +334,15 @@ class AppMetrics:
             current = self.cluster.store
             if current is not None and time.monotonic() - current.read_mono < interval:
                 return
-            self.cluster.store = await asyncio.to_thread(_store_counts, store)
+            try:
+                hidden = await services.live().hidden_nodes()
+            except Exception:  # noqa: BLE001 - no partitions snapshot: keep the last counts
+                return
+            self.cluster.store = await asyncio.to_thread(_store_counts, store, hidden)
 
 
-def _store_counts(store: EventStore) -> _StoreCounts:
-    events, runs = store.counts()
+def _store_counts(store: EventStore, hidden: frozenset[str]) -> _StoreCounts:
+    events, runs = store.counts(hidden)
     return _StoreCounts(events=events, rule_runs=runs, read_mono=time.monotonic())
 
 

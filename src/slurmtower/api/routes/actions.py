@@ -60,7 +60,7 @@ async def show_action(name: ActionName) -> dict[str, Any]:
     return Catalogue.spec(name).describe()
 
 
-@router.post("/actions/{name}", response_model=Envelope,
+@router.post("/actions/{name}", response_model=Envelope | st2.St2Execution,
              responses=problems(400, *READ_PROBLEMS, 404, 409, 503))
 async def run_action(
     name: ActionName,
@@ -102,7 +102,7 @@ def _shown(services: Services, env: Envelope, principal: Principal) -> dict[str,
     return body
 
 
-@router.get("/executions/{execution_id}", response_model=Envelope,
+@router.get("/executions/{execution_id}", response_model=Envelope | st2.St2Execution,
             responses=problems(400, *READ_PROBLEMS, 404))
 async def get_execution(
     execution_id: Annotated[str, Path(description="The envelope's execution_id.")], services: ServicesDep,

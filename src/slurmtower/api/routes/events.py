@@ -273,7 +273,7 @@ async def stream_events(
     "/{sensor_uuid:uuid}/{resource_class}/{trigger_type}",
     dependencies=[require(Perm.PUBLIC)],
     status_code=202,
-    responses=problems(400, 401),
+    responses=problems(400, 401, 404, 413),  # 404: no such sensor route (a non-UUID path, no sensor here)
 )
 async def trigger_callback(
     request: Request,
