@@ -66,3 +66,10 @@ def test_every_package_declares_its_exports() -> None:
                if "migrations" not in init.parts and init.read_text().strip()
                and "__all__" not in init.read_text()]
     assert missing == []
+
+
+def test_the_public_surface_loads_each_name_it_declares() -> None:
+    import slurmtower
+
+    missing = [name for name in slurmtower.__all__ if getattr(slurmtower, name, None) is None]
+    assert missing == []
