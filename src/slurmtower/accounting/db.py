@@ -58,6 +58,7 @@ from slurmtower.models.accounting import (
     HistoryStep,
 )
 from slurmtower.settings import AccountingSettings, Settings
+from slurmtower.visibility import Visibility
 
 __all__ = ["FIND_JOBS_CRITERIA", "AccountingDB", "decode_wait_status", "parse_tres", "sluid_text"]
 
@@ -243,7 +244,9 @@ class AccountingDB:
         url: SQLAlchemy URL (``mysql+pymysql://reader:pw@host/slurm_acct_db``).
         cluster: the cluster whose ``<cluster>_*_table`` tables to read.
         job_table, assoc_table, step_table: override the per-cluster table names.
-        hidden_partitions: jobs of these partitions are never returned.
+        policy: the visibility policy (:class:`~slurmtower.visibility.Visibility`): the jobs
+            of its hidden partitions are left out of every query, in SQL (:meth:`_visible`).
+        hidden_partitions: the same for a bare list of partitions (no policy given).
         connect_timeout: seconds to wait for a connection.
         query_timeout: seconds any statement may run (server side where supported, and as
             the client's socket read timeout).
@@ -261,14 +264,16 @@ class AccountingDB:
         assoc_table: str | None = None,
         step_table: str | None = None,
         hidden_partitions: Iterable[str] = (),
+        policy: Visibility | None = None,
         connect_timeout: float = 5.0,
         query_timeout: float = 10.0,
     ) -> None:
         self.cluster = cluster
+        self.policy = policy if policy is not None else Visibility(hidden_partitions=frozenset(hidden_partitions))
         self.tables: AccountingTables = build_tables(
             cluster, job_table=job_table, assoc_table=assoc_table, step_table=step_table
         )
-        self.hidden_partitions: tuple[str, ...] = tuple(hidden_partitions)
+        self.hidden_partitions: tuple[str, ...] = tuple(sorted(self.policy.hidden_partitions))
         self.connect_timeout = connect_timeout
         self.query_timeout = query_timeout
         self._tres_names: dict[int, str] | None = None
@@ -288,10 +293,13 @@ class AccountingDB:
 
         Raises :class:`ConfigError` when no URL or cluster name is configured.
         """
+        policy: Visibility | None = None
         if isinstance(settings, Settings):
             acct = settings.accounting
             cluster = acct.cluster or settings.cluster_name
             hidden = settings.api.hidden_partitions if hidden_partitions is None else hidden_partitions
+            if hidden_partitions is None:
+                policy = Visibility.from_settings(settings)
         else:
             acct, cluster, hidden = settings, settings.cluster, hidden_partitions or ()
         if acct.url is None:
@@ -305,6 +313,7 @@ class AccountingDB:
             assoc_table=acct.assoc_table,
             step_table=acct.step_table,
             hidden_partitions=hidden,
+            policy=policy,
             connect_timeout=acct.connect_timeout,
             query_timeout=acct.query_timeout,
         )
@@ -433,7 +442,7 @@ class AccountingDB:
     def _visible(self) -> list[ColumnElement[bool]]:
         job = self.tables.job
         conds: list[ColumnElement[bool]] = [job.c.deleted == 0]
-        for name in self.hidden_partitions:
+        for name in self.hidden_partitions:  # the policy's, as SQL
             conds.append(~_partition_member(job.c.partition, name))
         return conds
 
