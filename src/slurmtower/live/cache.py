@@ -52,7 +52,7 @@ from slurmtower.live.sharing import Pulled, SharedSnapshots, SharedUnreachable
 from slurmtower.live.worker import OffloadSpec, RefreshWorker, render_bytes
 from slurmtower.models.table import JobTable
 from slurmtower.settings import Settings
-from slurmtower.slurm.client import SlurmClient
+from slurmtower.slurm.client import SlurmReads
 
 __all__ = [
     "Rendered",
@@ -692,7 +692,7 @@ def _render(payload: dict[str, Any] | bytes, oldest: Snapshot[Any], stale: bool,
                     fetched_mono=oldest.fetched_mono, stale=stale)
 
 
-def build_cache(settings: Settings, client: SlurmClient) -> SnapshotCache:
+def build_cache(settings: Settings, client: SlurmReads) -> SnapshotCache:
     """A cache for ``settings`` with the Slurm resources of ``client`` registered: ``jobs``,
     ``nodes``, ``partitions``, ``stats`` (sharing them through Redis when configured)."""
     api = settings.api

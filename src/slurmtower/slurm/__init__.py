@@ -13,7 +13,9 @@ from slurmtower.slurm.client import (
     NODE_UPDATE_FIELDS,
     TRIGGER_EVENTS,
     Capabilities,
+    SlurmActs,
     SlurmClient,
+    SlurmReads,
 )
 from slurmtower.slurm.runner import CallObserver, CommandResult, CommandRunner
 
@@ -30,7 +32,9 @@ __all__ = [
     "CommandResult",
     "CommandRunner",
     "RestSlurmClient",
+    "SlurmActs",
     "SlurmClient",
+    "SlurmReads",
     "make_client",
     "make_rest_client",
 ]

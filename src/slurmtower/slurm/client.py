@@ -34,7 +34,9 @@ __all__ = [
     "QUEUE_TEXT_FIELDS",
     "TRIGGER_EVENTS",
     "Capabilities",
+    "SlurmActs",
     "SlurmClient",
+    "SlurmReads",
     "select_nodes",
 ]
 
@@ -103,20 +105,13 @@ class Capabilities:
 
 
 @runtime_checkable
-class SlurmClient(Protocol):
-    """Reads and acts on one Slurm cluster. Errors are :mod:`slurmtower.errors` types."""
+class SlurmReads(Protocol):
+    """What slurmtower reads of one Slurm cluster (the live snapshots, the sensor, read
+    actions). Errors are :mod:`slurmtower.errors` types."""
 
     def version(self) -> SlurmVersion: ...
 
     def capabilities(self) -> Capabilities: ...
-
-    def submit_batch(self, args: Sequence[str], command: str) -> int:
-        """``sbatch --parsable <args> --wrap <command>``: the new job's id (maintenance checks)."""
-        ...
-
-    def cancel_jobs(self, job_ids: Sequence[int]) -> None:
-        """``scancel`` these jobs (a job already gone is no error)."""
-        ...
 
     # -- reads ------------------------------------------------------------------------
     def nodes(self, nodes: NodeSet | None = None) -> list[Node]:
@@ -186,7 +181,20 @@ class SlurmClient(Protocol):
 
     def ping(self) -> bool: ...
 
-    # -- acts -------------------------------------------------------------------------
+
+@runtime_checkable
+class SlurmActs(Protocol):
+    """What slurmtower changes on one Slurm cluster (the action catalogue's mutating actions,
+    maintenance). Errors are :mod:`slurmtower.errors` types."""
+
+    def submit_batch(self, args: Sequence[str], command: str) -> int:
+        """``sbatch --parsable <args> --wrap <command>``: the new job's id (maintenance checks)."""
+        ...
+
+    def cancel_jobs(self, job_ids: Sequence[int]) -> None:
+        """``scancel`` these jobs (a job already gone is no error)."""
+        ...
+
     def update_nodes(self, nodes: NodeSet, *, state: str | None = None, reason: str | None = None,
                      **fields: str) -> None:
         """One ``scontrol update`` for the whole node set."""
@@ -233,6 +241,10 @@ class SlurmClient(Protocol):
 
     def clear_triggers(self, trigger_ids: Sequence[int], *, user: str | None = None) -> None: ...
 
+
+@runtime_checkable
+class SlurmClient(SlurmReads, SlurmActs, Protocol):
+    """Reads and acts on one Slurm cluster: what a backend (CLI, slurmrestd) implements."""
 
 def select_nodes(all_nodes: list[Node], nodes: NodeSet | None) -> list[Node]:
     """The nodes of ``nodes`` among ``all_nodes`` (all when ``None``); unknown names raise NotFound."""
