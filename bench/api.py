@@ -95,6 +95,10 @@ def rpc_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in delta.items() if v and k not in _BACKGROUND_RPCS}
 
 
+#: The share of the perfect-cache limit the hot path should reach (with a token, users' configuration).
+LIMIT_SHARE_TARGET = 0.5
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -199,6 +203,61 @@ def submit_held(n: int) -> list[int]:
 def cancel(ids: list[int]) -> None:
     for i in range(0, len(ids), 500):
         subprocess.run(["scancel", *map(str, ids[i:i + 500])], capture_output=True, check=False, timeout=120)
+
+
+_LIMIT_APP = """
+import sys, uvicorn
+body = open(sys.argv[1], "rb").read()
+headers = [(b"content-type", sys.argv[2].encode()), (b"content-encoding", b"gzip"),
+           (b"content-length", str(len(body)).encode())]
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning", access_log=False, lifespan="off")
+"""
+
+
+class Limit:
+    """The perfect-cache limit: uvicorn (one worker, as ``serve`` runs) answering every request
+    with the bytes slurmtower sent for the route (gzipped, the same headers that matter), no
+    routing, no authentication, no cache lookup: what serving cached bytes can cost at best."""
+
+    def __init__(self, body: bytes, content_type: str, state_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.body_file = state_dir / f"limit-{self.port}.gz"
+        self.body_file.write_bytes(body)
+        self.proc = subprocess.Popen([sys.executable, "-c", _LIMIT_APP, str(self.body_file), content_type,
+                                      str(self.port)], start_new_session=True)
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                if httpx.get(self.url, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise SystemExit("the limit server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.body_file.unlink(missing_ok=True)
+
+
+def raw_body(url: str, headers: dict[str, str]) -> tuple[bytes, str]:
+    """The bytes on the wire (gzipped, not decoded) and the content type of ``url``'s answer."""
+    with httpx.stream("GET", url, headers=headers, timeout=60) as resp:
+        resp.raise_for_status()
+        if resp.headers.get("content-encoding") != "gzip":
+            raise SystemExit(f"{url} did not answer gzipped")
+        return b"".join(resp.iter_raw()), resp.headers.get("content-type", "application/json")
 
 
 class Tower:
@@ -520,6 +579,13 @@ def main() -> None:
                 # first, does not pay for them.
                 measure(tower_url, tower.headers, args.clients, min(args.duration, 3.0), use_wrk)
                 run_pair(route, tower_url, {"slurmtower, token": tower.headers, "slurmtower, no token": anonymous})
+                body, content_type = raw_body(tower_url, tower.headers)
+                limit = Limit(body, content_type, tower.state_dir)
+                try:
+                    measure(limit.url, anonymous, args.clients, min(args.duration, 3.0), use_wrk)
+                    run(route, "uvicorn, same bytes", limit.url, anonymous)
+                finally:
+                    limit.stop()
                 run(route, "slurmrestd", rest_url, rest_headers)
             out(f"  {tower.background()}")
         finally:
@@ -546,6 +612,7 @@ def main() -> None:
     labels = {"slurmtower, token": ("slurmtower", "users'", "reader token"),
               "slurmtower, no token": ("slurmtower", "users'", "none"),
               "slurmrestd": ("slurmrestd", "devcluster", "Slurm JWT"),
+              "uvicorn, same bytes": ("perfect-cache limit", "uvicorn, fixed bytes", "none"),
               "slurmtower stripped, no token": ("slurmtower", "stripped", "none")}
     for (route, name), res in rows.items():
         target, config, cred = labels[name]
@@ -566,6 +633,12 @@ def main() -> None:
         verdict = ", ".join(f"{k} {'ok' if v else 'MISS'}" for k, v in ok.items())
         out(f"- {route}: token x{thr:,.1f} slurmrestd; token/no token throughput {token_ratio:.3f}, p99 "
             f"{tok.p99_ms:.1f} vs {anon.p99_ms:.1f} ms; RPCs {tok.rpcs} vs slurmrestd {rest.rpcs} [{verdict}]")
+        limit_row = rows.get((route, "uvicorn, same bytes"))
+        if limit_row is not None and limit_row.rps:
+            share = tok.rps / limit_row.rps
+            out(f"- {route}: with a token {share:.0%} of the perfect-cache limit ({tok.rps:,.0f} / "
+                f"{limit_row.rps:,.0f} req/s: uvicorn serving the same bytes) "
+                f"[{'ok' if share >= LIMIT_SHARE_TARGET else 'MISS'}: target {LIMIT_SHARE_TARGET:.0%}]")
     finish(out, args.output, changed)
 
 
