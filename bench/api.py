@@ -635,10 +635,10 @@ def main() -> None:
             f"{tok.p99_ms:.1f} vs {anon.p99_ms:.1f} ms; RPCs {tok.rpcs} vs slurmrestd {rest.rpcs} [{verdict}]")
         limit_row = rows.get((route, "uvicorn, same bytes"))
         if limit_row is not None and limit_row.rps:
-            share = tok.rps / limit_row.rps
-            out(f"- {route}: with a token {share:.0%} of the perfect-cache limit ({tok.rps:,.0f} / "
+            of_limit = tok.rps / limit_row.rps
+            out(f"- {route}: with a token {of_limit:.0%} of the perfect-cache limit ({tok.rps:,.0f} / "
                 f"{limit_row.rps:,.0f} req/s: uvicorn serving the same bytes) "
-                f"[{'ok' if share >= LIMIT_SHARE_TARGET else 'MISS'}: target {LIMIT_SHARE_TARGET:.0%}]")
+                f"[{'ok' if of_limit >= LIMIT_SHARE_TARGET else 'MISS'}: target {LIMIT_SHARE_TARGET:.0%}]")
     finish(out, args.output, changed)
 
 
