@@ -115,8 +115,9 @@ def _overview(snaps: Sequence[Snapshot[Any]], policy: Visibility) -> _Overview:
 async def overview(services: Services) -> tuple[_Overview, Sequence[Snapshot[Any]]]:
     """The viewer-independent part of the overview (also the partitions page's rows) of the
     current snapshots, made once per snapshot set."""
-    cache = services.live_cache()
-    snaps = await cache.get_all("nodes", "jobs", "partitions")
+    live = services.live()
+    cache = live.cache
+    snaps: list[Snapshot[Any]] = list(await live.load())
     key = tuple((s.resource, s.generation, s.stale) for s in snaps)
     view = _OVERVIEWS.get(id(cache))
     if view is None or view.key != key:

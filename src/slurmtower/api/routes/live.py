@@ -261,14 +261,14 @@ async def queue(request: Request, services: ServicesDep, principal: Annotated[Pr
     cache = _cache(services)
     policy = Visibility.from_settings(services.settings)
     if not params:
-        snap = await cache.get("jobs")
+        snap = await services.live().jobs()
         suffix, owner = _queue_variant(policy, snap.value, principal)
         if not suffix:
             return respond(request, await cache.render("queue", [snap], _queue))
         return respond(request, await cache.render("queue" + suffix, [snap], _queue_private_free, policy, owner))
     wanted = QueueFilter.from_params(params)
     page_limit(params), decode_cursor(params, "j")  # bad paging is refused before Slurm is asked
-    snap = await cache.get("jobs")
+    snap = await services.live().jobs()
     table: JobTable = snap.value
     suffix, owner = _queue_variant(policy, table, principal)
 
@@ -304,13 +304,13 @@ async def nodes(request: Request, services: ServicesDep,
     params.pop("holds", None)
     cache = _cache(services)
     if not params and not with_holds:
-        snap = await cache.get("nodes")
+        snap = await services.live().nodes()
         return respond(request, await cache.render("nodes", [snap], _nodes))
     states = mapped(params, "state", NODE_STATE_WORDS)
     parts = words(params, "partition")
     wanted_nodes = node_set(params)
     page_limit(params), decode_cursor(params, "n")
-    snap = await cache.get("nodes")
+    snap = await services.live().nodes()
     table: NodeTable = snap.value
 
     def matching() -> Sequence[int]:
@@ -379,7 +379,7 @@ async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam
     params = strict_query(request, ("nodes",))
     wanted_nodes = node_set(params)
     cache = _cache(services)
-    snap = await cache.get("nodes")
+    snap = await services.live().nodes()
     store = HoldStore(services.action_catalogue().store.engine)
     body = await asyncio.to_thread(_holds_body, store, snap.value, wanted_nodes, snap.fetched_at)
     return _live_json(cache, snap, body)
@@ -391,7 +391,7 @@ async def partitions(request: Request, services: ServicesDep) -> Response:
     """Every partition with its nodes and limits."""
     strict_query(request, ())
     cache = _cache(services)
-    snap = await cache.get("partitions")
+    snap = await services.live().partitions()
     return respond(request, await cache.render("partitions", [snap], _partitions, _hidden(services)))
 
 
@@ -401,7 +401,7 @@ async def stats(request: Request, services: ServicesDep) -> Response:
     """slurmctld statistics (sdiag): scheduler cycles, job counters, RPCs by type and user."""
     strict_query(request, ())
     cache = _cache(services)
-    snap = await cache.get("stats")
+    snap = await services.live().stats()
     return respond(request, await cache.render("stats", [snap], _stats))
 
 
@@ -415,5 +415,5 @@ async def usage(request: Request, services: ServicesDep) -> Response:
     """For each partition, its nodes and the CPUs and memory its running jobs use, with totals."""
     strict_query(request, ())
     cache = _cache(services)
-    snaps = await cache.get_all("nodes", "jobs", "partitions")
+    snaps: list[Snapshot[Any]] = list(await services.live().load())
     return respond(request, await cache.render("usage", snaps, _usage, _hidden(services)))
