@@ -54,7 +54,8 @@ def advance_until_finished(settings: Settings, client: CliSlurmClient, run_id: s
     """Move the run on as the service's background task does, with a fresh runner each round
     (what a restart gives: nothing but the events)."""
     def done() -> bool:
-        runner = Maintenance.from_settings(settings, client=client)
+        runner = Maintenance(Catalogue.from_settings(settings, client=client), EventStore(settings.effective_store_url()),
+                             state_dir=settings.state_dir, close=True)
         try:
             runner.advance()
             return runner.state(run_id).finished
@@ -125,7 +126,8 @@ def test_a_failing_check_keeps_the_node_drained_with_its_output(catalogue: Catal
     env = maintain(catalogue, {"nodes": "n3", "check": "/bin/sh -c 'echo disk /dev/sdb failed; exit 3'"})
     run_id = env.result["runs"]["n3"]["run"]
     advance_until_finished(settings, client, run_id)
-    runner = Maintenance.from_settings(settings, client=client)
+    runner = Maintenance(Catalogue.from_settings(settings, client=client), EventStore(settings.effective_store_url()),
+                             state_dir=settings.state_dir, close=True)
     try:
         state = runner.state(run_id)
     finally:
@@ -143,7 +145,8 @@ def test_the_check_can_run_as_a_slurm_job_on_the_node(catalogue: Catalogue, sett
                                "check_as_job": True, "check_timeout": 120})
     run_id = env.result["runs"]["n4"]["run"]
     assert env.result["runs"]["n4"]["step"] == "check_started"
-    runner = Maintenance.from_settings(settings, client=client)
+    runner = Maintenance(Catalogue.from_settings(settings, client=client), EventStore(settings.effective_store_url()),
+                             state_dir=settings.state_dir, close=True)
     try:
         job = int(runner.state(run_id).data["job_id"])
     finally:
@@ -153,7 +156,8 @@ def test_the_check_can_run_as_a_slurm_job_on_the_node(catalogue: Catalogue, sett
     assert "Reservation=maint_n4 " in shown and "ReqNodeList=n4 " in shown
     assert "DRAIN" not in node_states()["n4"] and "Nodes=n4 " in reservation("maint_n4")
     advance_until_finished(settings, client, run_id, timeout=120)
-    runner = Maintenance.from_settings(settings, client=client)
+    runner = Maintenance(Catalogue.from_settings(settings, client=client), EventStore(settings.effective_store_url()),
+                             state_dir=settings.state_dir, close=True)
     try:
         state = runner.state(run_id)
     finally:
@@ -258,7 +262,8 @@ def test_a_node_another_owner_holds_stays_out_for_them(catalogue: Catalogue, set
     run_id = env.result["runs"]["n1"]["run"]
     advance_until_finished(settings, client, run_id, timeout=30)
     assert steps(settings, run_id)[-2:] == ["still_held", "finished"]
-    runner = Maintenance.from_settings(settings, client=client)
+    runner = Maintenance(Catalogue.from_settings(settings, client=client), EventStore(settings.effective_store_url()),
+                             state_dir=settings.state_dir, close=True)
     try:
         state = runner.state(run_id)
     finally:

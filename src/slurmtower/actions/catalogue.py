@@ -268,7 +268,7 @@ class Catalogue:
         started = _now()
         run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
                   accounting_factory=self._get_accounting, store=self.store, execution_id=execution_id,
-                  role=role)
+                  role=role, catalogue=self)
         used: dict[str, Any] = raw if isinstance(raw, dict) else {"parameters": raw}
         try:
             _spec, model = self.validate(name, raw)

@@ -136,7 +136,7 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
         return {"nodes": str(ns), "plan": plans, "dry_run": True}
     if run.settings is None:
         raise InvalidInput("slurm.node.maintain needs slurmtower's store (settings)", param="nodes")
-    maintenance = Maintenance.from_settings(run.settings, client=run.client)
+    maintenance = Maintenance.from_settings(run.settings, catalogue=run.catalogue)
     try:
         started = {n.name: maintenance.start(n.name, p, principal=run.principal, via=run.via) for n in nodes}
         maintenance.advance()  # an idle node goes on at once
@@ -194,22 +194,26 @@ class RunState:
 class Maintenance:
     """Starts maintenance runs and moves them on (``advance``), from their events."""
 
-    def __init__(self, catalogue: Any, events: Any, *, state_dir: Path | None = None, close: bool = False) -> None:
+    def __init__(self, catalogue: Any, events: Any, *, state_dir: Path | None = None, close: bool = False,
+                 close_catalogue: bool | None = None) -> None:
+        """``catalogue`` runs the steps (drain, reserve, resume ...); ``close``: :meth:`close`
+        closes the event store, and the catalogue's store too unless ``close_catalogue`` is False."""
         self.catalogue = catalogue
         self.events = events
         self.state_dir = state_dir
-        self._close = close
+        self._close_events = close
+        self._close_catalogue = close if close_catalogue is None else close_catalogue
 
     @classmethod
-    def from_settings(cls, settings: Any, *, client: Any) -> Maintenance:
-        from slurmtower.actions.catalogue import Catalogue  # deferred: the catalogue imports this module
-
-        catalogue = Catalogue.from_settings(settings, client=client)
-        return cls(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir, close=True)
+    def from_settings(cls, settings: Any, *, catalogue: Any) -> Maintenance:
+        """Maintenance through ``catalogue`` on the settings' event store (closed by :meth:`close`)."""
+        return cls(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir, close=True,
+                   close_catalogue=False)
 
     def close(self) -> None:
-        if self._close:
+        if self._close_catalogue:
             self.catalogue.store.close()
+        if self._close_events:
             self.events.close()
 
     # -- events ---------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ class Run:
     store: ActionStore | None = None
     """The action store (its engine also holds the node holds and the event log)."""
     execution_id: str | None = None
+    catalogue: Any = None
+    """The catalogue running this action (an action that runs others through it: maintenance)."""
     role: str | None = None
     """The caller's role over HTTP (``reader``, ``operator``, ``admin``); ``None`` for the CLI
     and rules, whose rights are Slurm's own (the CLI) or the rule file's."""

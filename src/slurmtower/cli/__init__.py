@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from slurmtower.cli.app import app, main
+from slurmtower.cli.app import app
+from slurmtower.cli.main import main
 
 __all__ = ["app", "main"]

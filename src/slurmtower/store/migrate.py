@@ -42,8 +42,7 @@ from sqlalchemy.engine import Connection
 
 from slurmtower.errors import StoreSchemaError
 from slurmtower.store.engine import make_store_engine, sqlite_file
-from slurmtower.store.revision import VERSION_TABLE
-from slurmtower.store.schema import TABLE_NAMES, metadata, schema_options
+from slurmtower.store.schema import TABLE_NAMES, VERSION_TABLE, metadata, schema_options
 
 __all__ = [
     "BASELINE_REVISION",

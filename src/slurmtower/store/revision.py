@@ -7,14 +7,12 @@ from __future__ import annotations
 from sqlalchemy import Engine, column, select, table
 from sqlalchemy.exc import SQLAlchemyError
 
-from slurmtower.store.schema import schema_options
+from slurmtower.store.schema import VERSION_TABLE, schema_options
 
-__all__ = ["HEAD_REVISION", "VERSION_TABLE", "at_head", "ensure_current"]
+__all__ = ["HEAD_REVISION", "at_head", "ensure_current"]
 
 #: This slurmtower's head revision (tests/test_store_schema.py checks it is the migrations' head).
 HEAD_REVISION = "0004_node_holds"
-#: Alembic's version table in slurmtower's store.
-VERSION_TABLE = "slurmtower_alembic_version"
 
 
 def at_head(engine: Engine, *, schema: str | None = None) -> bool:

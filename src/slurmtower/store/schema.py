@@ -49,6 +49,7 @@ from sqlalchemy.types import TypeDecorator
 __all__ = [
     "ID",
     "TABLE_NAMES",
+    "VERSION_TABLE",
     "UTCDateTime",
     "action_audit",
     "action_executions",
@@ -65,6 +66,9 @@ __all__ = [
     "rule_runs",
     "schema_options",
 ]
+
+#: Alembic's version table in slurmtower's store.
+VERSION_TABLE = "slurmtower_alembic_version"
 
 ID = BigInteger().with_variant(Integer(), "sqlite")
 """Autoincrement ids: 64-bit, except on SQLite where only ``INTEGER`` is the rowid."""
