@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slurmtower.accounting import AccountingDB
 from slurmtower.accounting.pool import AccountingPool
@@ -35,12 +35,21 @@ if TYPE_CHECKING:
     from slurmtower.events.feed import EventFeed
     from slurmtower.events.sensor import Sensor
     from slurmtower.live.archive import LoadArchive
-    from slurmtower.runtime.metrics import AppMetrics
 
-__all__ = ["READY_TIMEOUT", "READY_TTL", "BackgroundTask", "Readiness", "Services"]
+__all__ = ["READY_TIMEOUT", "READY_TTL", "BackgroundTask", "Metrics", "Readiness", "Services"]
 
 log = logging.getLogger(__name__)
 _ACCOUNTING_LOCK = threading.Lock()
+
+
+class Metrics(Protocol):
+    """What the runtime needs of the process's metrics
+    (:class:`~slurmtower.runtime.metrics.AppMetrics`): the registry forwarders count into,
+    and closing them when the process stops."""
+
+    registry: Any
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -109,7 +118,7 @@ class Services:
     background: list[BackgroundTask] = field(default_factory=list)
     snapshots: SnapshotCache | None = None
     """The live snapshot cache (:meth:`live_cache`)."""
-    metrics: AppMetrics | None = None
+    metrics: Metrics | None = None
     accounting: AccountingDB | None = None
     accounting_pool: AccountingPool | None = None
     """The threads database reads run in (bounded, their own)."""

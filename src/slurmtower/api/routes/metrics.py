@@ -89,7 +89,7 @@ async def shutdown(services: Services) -> None:
 async def metrics(request: Request, services: ServicesDep) -> Response:
     """Prometheus metrics: cluster gauges, event and rule-run counts, API and Slurm call latency."""
     app_metrics = services.metrics
-    assert app_metrics is not None  # set by setup()
+    assert isinstance(app_metrics, AppMetrics)  # set by setup()
     await app_metrics.refresh(services)
     body = await asyncio.to_thread(app_metrics.collect_text)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
