@@ -106,10 +106,13 @@ def cluster_settings(devcluster: DevCluster) -> Settings:
 @pytest.fixture()
 def settings(devcluster: DevCluster, tmp_path: Path) -> Settings:
     """Devcluster settings with a private, empty slurmtower store for this test (the circuit
-    breaker off: tests/test_breaker.py turns it on)."""
+    breaker off: tests/test_breaker.py turns it on; the refresh worker off: the snapshots are
+    refreshed in the serving process, tests/test_api_offload.py and the serve processes of
+    the several-process tests run the worker)."""
     s = load_settings(devcluster.tower_conf, environ={})
     s.state_dir = tmp_path
     s.actions.breaker_enabled = False
+    s.api.refresh_in_subprocess = False
     return s
 
 

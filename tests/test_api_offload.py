@@ -34,7 +34,8 @@ def held(devcluster: DevCluster) -> Iterator[list[int]]:
     subprocess.run(["scancel", *map(str, ids)], capture_output=True, check=False)
 
 
-def configure(settings: Settings, *, interval: float = 0.5, stale: bool = False) -> Settings:
+def configure(settings: Settings, *, interval: float = 0.5, stale: bool = False, worker: bool = True) -> Settings:
+    settings.api.refresh_in_subprocess = worker  # what this module tests (conftest turns it off)
     settings.api.refresh_interval = interval
     settings.api.serve_stale = stale
     settings.auth.anonymous_read = True
@@ -163,8 +164,7 @@ def test_a_hung_worker_is_killed_and_the_round_fails(settings: Settings, held: l
 
 
 def test_the_setting_off_keeps_the_refresh_in_process(settings: Settings, held: list[int]) -> None:
-    settings.api.refresh_in_subprocess = False
-    app = create_app(configure(settings, interval=30))
+    app = create_app(configure(settings, interval=30, worker=False))
     cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         assert cache.worker is None
