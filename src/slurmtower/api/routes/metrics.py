@@ -8,12 +8,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from slurmtower.api.deps import get_services
+from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, require
 from slurmtower.runtime import Services
@@ -23,7 +23,6 @@ from slurmtower.slurm.observe import register_slurm_call_sink
 __all__ = ["router", "setup"]
 
 router = APIRouter(tags=["service"])
-ServicesDep = Annotated[Services, Depends(get_services)]
 _UNMATCHED = "<unmatched>"
 
 Scope = MutableMapping[str, Any]
