@@ -205,6 +205,16 @@ def cancel(ids: list[int]) -> None:
         subprocess.run(["scancel", *map(str, ids[i:i + 500])], capture_output=True, check=False, timeout=120)
 
 
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 _LIMIT_APP = """
 import sys, uvicorn
 body = open(sys.argv[1], "rb").read()
@@ -242,12 +252,7 @@ class Limit:
         raise SystemExit("the limit server did not start")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        terminate(self.proc)
         self.body_file.unlink(missing_ok=True)
 
 
@@ -319,12 +324,7 @@ class Tower:
                 f"archiver: archiving={load['archiving']}, {load['count']} load samples")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        terminate(self.proc)
         self.log.close()
         # A sensor that did not stop cleanly leaves its triggers: clear them.
         program = str(self.state_dir / "slurmtower-notify.py")
