@@ -67,6 +67,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "ui_pages": ("live",),
 }
 
+
 async def _validation_problem(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()

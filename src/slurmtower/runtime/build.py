@@ -10,8 +10,7 @@ lifespan of any adapter (the HTTP app, the sensor alone).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Collection
+from collections.abc import Collection
 
 from slurmtower.accounting import AccountingDB
 from slurmtower.events.feed import EventFeed
@@ -23,9 +22,8 @@ from slurmtower.runtime.services import Services
 from slurmtower.runtime.tasks import periodic_tasks
 from slurmtower.settings import Settings
 from slurmtower.slurm.observe import slurm_call_observer
-from slurmtower.store.engine import make_store_engine
 
-__all__ = ["PARTS", "assemble", "build_services", "running", "start", "stop"]
+__all__ = ["PARTS", "assemble", "build_services", "start", "stop"]
 
 #: What a process can run: the live snapshots (and their refresh worker), job history
 #: (slurmdbd's database), the load archive, the event log with the sensor and its rules,
@@ -67,9 +65,7 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
     if "actions" in parts:
         services.action_catalogue()
     if "archive" in parts and services.load_archive is None:
-        store = services.event_store
-        engine = store.engine if store is not None else make_store_engine(settings.effective_store_url())
-        services.load_archive = LoadArchive(engine=engine)
+        services.load_archive = LoadArchive(engine=services.store_engine())
     known = {task.name for task in services.background}
     services.background.extend(t for t in periodic_tasks(services, parts) if t.name not in known)
     return services
@@ -110,13 +106,3 @@ async def stop(services: Services) -> None:
         worker, cache.worker = cache.worker, None
         if worker is not None:
             await worker.close()
-
-
-@contextlib.asynccontextmanager
-async def running(services: Services) -> AsyncIterator[Services]:
-    """``services`` started for the block, stopped after it."""
-    await start(services)
-    try:
-        yield services
-    finally:
-        await stop(services)

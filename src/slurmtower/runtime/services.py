@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sqlalchemy import Engine
+
 from slurmtower.accounting import AccountingDB
 from slurmtower.accounting.pool import AccountingPool
 from slurmtower.errors import AccountingUnavailable, ConfigError
@@ -150,11 +152,17 @@ class Services:
 
     # -- background work and the deployment's leader --------------------------------------
 
+    def store_engine(self) -> Engine:
+        """The engine of slurmtower's store: the event store's when it is open (its tables
+        mapped to its database schema), else the one of the settings' URL (one per process)."""
+        store = self.event_store
+        return store.engine if store is not None else make_store_engine(self.settings.effective_store_url())
+
     def leadership(self, role: str = "leader") -> Leadership:
         """The election of the leader of ``role`` (on the event store's database)."""
         if role not in self.elections:
             store = self.event_store
-            engine = store.engine if store is not None else make_store_engine(self.settings.effective_store_url())
+            engine = self.store_engine()
             identity = next(iter(self.elections.values())).identity if self.elections else None
             self.elections[role] = Leadership(engine, name=role, identity=identity,
                                               schema=store.schema if store is not None else None)

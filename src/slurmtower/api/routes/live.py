@@ -182,14 +182,6 @@ def setup(services: Services, app: FastAPI) -> None:
                        variants={"/queue": queue_suffix})
 
 
-def _cache(services: Services) -> SnapshotCache:
-    return services.live_cache()
-
-
-def _hidden(services: Services) -> frozenset[str]:
-    return frozenset(services.settings.api.hidden_partitions)
-
-
 def _queue(table: JobTable) -> bytes:
     return b'{"count":%d,"jobs":%s}' % (len(table), table.all_json())
 
@@ -258,17 +250,18 @@ async def queue(request: Request, services: ServicesDep, principal: Annotated[Pr
     with ``count`` (all matching), ``returned`` and ``next_cursor``. Readers see other
     users' jobs without their private fields (``api.private_job_fields``)."""
     params = strict_query(request, _QUEUE_PARAMS)
-    cache = _cache(services)
+    live = services.live()
+    cache = live.cache
     policy = Visibility.from_settings(services.settings)
     if not params:
-        snap = await services.live().jobs()
+        snap = await live.jobs()
         suffix, owner = _queue_variant(policy, snap.value, principal)
         if not suffix:
             return respond(request, await cache.render("queue", [snap], _queue))
         return respond(request, await cache.render("queue" + suffix, [snap], _queue_private_free, policy, owner))
     wanted = QueueFilter.from_params(params)
     page_limit(params), decode_cursor(params, "j")  # bad paging is refused before Slurm is asked
-    snap = await services.live().jobs()
+    snap = await live.jobs()
     table: JobTable = snap.value
     suffix, owner = _queue_variant(policy, table, principal)
 
@@ -302,15 +295,16 @@ async def nodes(request: Request, services: ServicesDep,
     params = strict_query(request, _NODE_PARAMS)
     with_holds = bool(holds)  # FastAPI parsed it (a bad value is a 400 naming it)
     params.pop("holds", None)
-    cache = _cache(services)
+    live = services.live()
+    cache = live.cache
     if not params and not with_holds:
-        snap = await services.live().nodes()
+        snap = await live.nodes()
         return respond(request, await cache.render("nodes", [snap], _nodes))
     states = mapped(params, "state", NODE_STATE_WORDS)
     parts = words(params, "partition")
     wanted_nodes = node_set(params)
     page_limit(params), decode_cursor(params, "n")
-    snap = await services.live().nodes()
+    snap = await live.nodes()
     table: NodeTable = snap.value
 
     def matching() -> Sequence[int]:
@@ -378,8 +372,9 @@ async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam
     names (a reason set outside slurmtower: ``user:<who set it>``)."""
     params = strict_query(request, ("nodes",))
     wanted_nodes = node_set(params)
-    cache = _cache(services)
-    snap = await services.live().nodes()
+    live = services.live()
+    cache = live.cache
+    snap = await live.nodes()
     store = HoldStore(services.action_catalogue().store.engine)
     body = await asyncio.to_thread(_holds_body, store, snap.value, wanted_nodes, snap.fetched_at)
     return _live_json(cache, snap, body)
@@ -390,9 +385,10 @@ async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam
 async def partitions(request: Request, services: ServicesDep) -> Response:
     """Every partition with its nodes and limits."""
     strict_query(request, ())
-    cache = _cache(services)
-    snap = await services.live().partitions()
-    return respond(request, await cache.render("partitions", [snap], _partitions, _hidden(services)))
+    live = services.live()
+    cache = live.cache
+    snap = await live.partitions()
+    return respond(request, await cache.render("partitions", [snap], _partitions, live.hidden))
 
 
 @router.get("/stats", dependencies=[_READ], response_model=None,
@@ -400,8 +396,9 @@ async def partitions(request: Request, services: ServicesDep) -> Response:
 async def stats(request: Request, services: ServicesDep) -> Response:
     """slurmctld statistics (sdiag): scheduler cycles, job counters, RPCs by type and user."""
     strict_query(request, ())
-    cache = _cache(services)
-    snap = await services.live().stats()
+    live = services.live()
+    cache = live.cache
+    snap = await live.stats()
     return respond(request, await cache.render("stats", [snap], _stats))
 
 
@@ -414,6 +411,7 @@ def _usage(nodes: NodeTable, jobs: JobTable, partitions: list[Partition], hidden
 async def usage(request: Request, services: ServicesDep) -> Response:
     """For each partition, its nodes and the CPUs and memory its running jobs use, with totals."""
     strict_query(request, ())
-    cache = _cache(services)
-    snaps: list[Snapshot[Any]] = list(await services.live().load())
-    return respond(request, await cache.render("usage", snaps, _usage, _hidden(services)))
+    live = services.live()
+    cache = live.cache
+    snaps: list[Snapshot[Any]] = list(await live.load())
+    return respond(request, await cache.render("usage", snaps, _usage, live.hidden))
