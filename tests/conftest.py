@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -209,23 +210,78 @@ def sacct_runs(job_id: int) -> list[dict[str, str]]:
     return [{**r, "SLUID": r.get("SLUID", "")} for r in rows]
 
 
-@pytest.fixture(scope="session")
-def requeued_job(devcluster: DevCluster) -> int:
-    """A batch job that ran twice: requeued while running (slurmdbd keeps that run as
-    REQUEUED), made eligible at once (a requeue waits ~2 min otherwise), then COMPLETED."""
-    job = int(sh("sbatch", "--parsable", "-J", "st-requeued", "-o", "/dev/null", "-D", "/tmp", "-t", "2",
-                 "--wrap", "sleep 3").strip().split(";")[0])
+def submit(user: str, *args: str) -> int:
+    """``sbatch`` as ``user`` (``runuser`` unless root), output discarded; the job id."""
+    argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]
+    if user != "root":
+        argv = ["runuser", "-u", user, "--", *argv]
+    return int(sh(*argv).strip().split(";")[0])
 
-    def state() -> str:
-        return sh("squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip()
 
-    wait_for(lambda: state() == "RUNNING", 60, what=f"job {job} to run")
+def _squeue_state(job: int) -> str:
+    return sh("squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip()
+
+
+def _requeue_twice(job: int) -> None:
+    """``job`` requeued while running (slurmdbd keeps that run as REQUEUED), made eligible at
+    once (a requeue waits ~2 min otherwise), then COMPLETED."""
+    wait_for(lambda: _squeue_state(job) == "RUNNING", 60, what=f"job {job} to run")
     sh("scontrol", "requeue", str(job))
-    wait_for(lambda: state() == "PENDING", 30, what=f"job {job} to be requeued")
+    wait_for(lambda: _squeue_state(job) == "PENDING", 30, what=f"job {job} to be requeued")
     sh("scontrol", "update", f"jobid={job}", "StartTime=now")
     wait_for(lambda: [r["State"] for r in sacct_runs(job)] == ["REQUEUED", "COMPLETED"], 120, 0.5,
              what=f"both runs of job {job} in accounting")
+
+
+@dataclass(frozen=True)
+class ForgottenJobs:
+    """Finished jobs for the tests that read a job slurmctld has forgotten (from accounting).
+
+    slurmctld forgets a finished job once it is MinJobAge (60 s) old, at its purge pass, which
+    runs every 60 s: up to two minutes after the job's end. So the jobs are submitted (and
+    ended) when the session starts, and those minutes pass while other tests run; each test
+    still waits for slurmctld to have forgotten its job (:func:`forgotten`)."""
+
+    root: int  #: root's job (account physics, partition debug): ``true``
+    alice: int  #: alice's job (account physics, partition debug): ``true``
+    requeued: int  #: root's job that ran twice (REQUEUED, then COMPLETED)
+
+
+#: The fixtures that need :class:`ForgottenJobs`: the session submits them only where one is collected.
+FORGOTTEN_FIXTURES = frozenset({"forgotten_jobs", "requeued_job"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def forgotten_jobs(request: pytest.FixtureRequest) -> ForgottenJobs | None:
+    """:class:`ForgottenJobs`, submitted before the first test when a collected test needs them
+    (autouse: first of the session's fixtures; ``None`` where none does or no cluster can run)."""
+    items = request.session.items
+    if not _can_run_cluster() or not any(FORGOTTEN_FIXTURES & set(getattr(i, "fixturenames", ())) for i in items):
+        return None
+    request.getfixturevalue("devcluster")
+    common = ("-A", "physics", "-p", "debug", "-t", "1", "--wrap", "true")
+    root, alice = submit("root", "-J", "st-forgotten", *common), submit("alice", "-J", "st-forgotten-alice", *common)
+    requeued = submit("root", "-J", "st-requeued", "-t", "2", "--wrap", "sleep 3")
+    _requeue_twice(requeued)
+    # Every one ended before the first test: none runs beside a test that drains a node.
+    wait_for(lambda: not {_squeue_state(j) for j in (root, alice, requeued)} - {"", "COMPLETED"}, 60,
+             what="the forgotten jobs to end")
+    return ForgottenJobs(root=root, alice=alice, requeued=requeued)
+
+
+def forgotten(job: int, timeout: float = 150) -> int:
+    """``job``, once slurmctld has forgotten it (``scontrol show job`` fails) and accounting
+    holds it: at most ~2 min after its end (MinJobAge, then the next purge pass)."""
+    wait_for(lambda: subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True,
+                                    check=False).returncode != 0, timeout, 1, what=f"slurmctld to forget job {job}")
     return job
+
+
+@pytest.fixture(scope="session")
+def requeued_job(forgotten_jobs: ForgottenJobs | None) -> int:
+    """A batch job that ran twice: REQUEUED, then COMPLETED (see :class:`ForgottenJobs`)."""
+    assert forgotten_jobs is not None
+    return forgotten_jobs.requeued
 
 
 SCALE_NODES = 1000

@@ -88,19 +88,25 @@ class SensorProcess:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                raise AssertionError(f"sensor exited {self.proc.returncode}: {self.log()}")
+                self.proc = None
+                raise AssertionError(f"sensor exited: {self.log()}")
             try:
-                if httpx.get(f"{self.url}/events/sensor", timeout=2).status_code in (200, 401):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         else:
+            self.stop()  # never left running (and its triggers armed) by a failed start
             raise AssertionError(f"sensor did not listen: {self.log()}")
         # Started = its own "up" event is stored (triggers armed, startup snapshot recorded);
         # after a restart the previous sensor's "up" is already there.
-        self.wait_events(lambda evs: len([e for e in evs if e.type == "slurm.sensor.trigger.up"]) > ups_before,
-                         timeout, "sensor up event")
+        try:
+            self.wait_events(lambda evs: len([e for e in evs if e.type == "slurm.sensor.trigger.up"]) > ups_before,
+                             timeout, "sensor up event")
+        except AssertionError:
+            self.stop()
+            raise
 
     def current_uuid(self) -> str | None:
         ups = [e for e in self.events() if e.type == "slurm.sensor.trigger.up"]

@@ -13,7 +13,7 @@ from slurmtower.errors import Conflict, InvalidInput, NodeSetError, NotFound, Pe
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 
-from .conftest import node_states, reason_of, sacct_runs, sh, wait_for
+from .conftest import ForgottenJobs, forgotten, node_states, reason_of, sacct_runs, sh, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
@@ -143,20 +143,10 @@ def test_job_get_unknown_id_is_not_found(catalogue: Catalogue) -> None:
 
 
 @pytest.fixture(scope="module")
-def finished_job(devcluster: Any, client: CliSlurmClient) -> int:
-    """A job slurmctld has forgotten (MinJobAge=60) but accounting keeps."""
-    from slurmtower.accounting import AccountingDB
-    from slurmtower.settings import load_settings
-
-    acct = AccountingDB.from_settings(load_settings(devcluster.tower_conf, environ={}))
-    live = set(client.job_ids())
-    old = [j for j in acct.find_jobs({"state": "COMPLETED"}, limit=50) if j not in live]
-    if old:
-        return old[0]
-    job = sbatch("-J", "st-act-done", "-A", "physics", "-p", "debug", "-t", "1", "--wrap", "true")
-    wait_for(lambda: job not in set(client.job_ids()) and acct.jobs_by_id([job]), 200, step=2,
-             what="the job to leave slurmctld")
-    return job
+def finished_job(forgotten_jobs: ForgottenJobs | None) -> int:
+    """root's job slurmctld has forgotten (MinJobAge=60) but accounting keeps."""
+    assert forgotten_jobs is not None
+    return forgotten(forgotten_jobs.root)
 
 
 @pytest.mark.slow
@@ -178,7 +168,8 @@ def test_job_get_gives_each_run_of_a_requeued_job(catalogue: Catalogue, client: 
                                                  requeued_job: int) -> None:
     """From accounting (slurmctld forgot it after MinJobAge), one record per run, the runs
     told apart by sluid on 26.05+ as sacct tells them."""
-    wait_for(lambda: requeued_job not in set(client.job_ids()), 150, step=2, what="the job to leave slurmctld")
+    forgotten(requeued_job)
+    assert requeued_job not in set(client.job_ids())
     records = run(catalogue, "slurm.job.get", {"jobids": [requeued_job]}).result[str(requeued_job)]
     assert all(r["from_accounting"] is True and r["job_id"] == requeued_job for r in records)
     assert [(r["state"], r["sluid"]) for r in records] == \

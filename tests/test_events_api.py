@@ -1,4 +1,5 @@
-"""The events HTTP surface of a real ``slurmtower sensor`` process: callbacks, /events, SSE."""
+"""The events' HTTP surface: a real ``slurmtower sensor`` process takes the callbacks, an API on
+its store (``slurmtower serve``'s app, the sensor not run there) serves /events and the SSE stream."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
 from slurmtower.events.callback import sign_request
 from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED
+from slurmtower.settings import load_settings
 
+from .api_server import running
 from .sensor_helpers import SensorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
@@ -33,8 +37,22 @@ def sensor(devcluster: DevCluster) -> Iterator[SensorProcess]:
 
 @pytest.fixture()
 def http(sensor: SensorProcess) -> Iterator[httpx.Client]:
+    """The sensor process: callbacks, /health, /ready."""
     with httpx.Client(base_url=sensor.url, timeout=10) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def api(devcluster: DevCluster, sensor: SensorProcess) -> Iterator[httpx.Client]:
+    """The API (``slurmtower serve``'s app) on the sensor's store, its own sensor not run."""
+    entry = {"name": "tester", "role": "reader", "sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}
+    settings = load_settings(devcluster.tower_conf, environ={"SLURMTOWER_AUTH__TOKENS": json.dumps([entry])})
+    settings.state_dir = sensor.state_dir
+    settings.events.sensor_enabled = False
+    settings.archiver.archive_usage_load = False
+    settings.api.refresh_in_subprocess = False
+    with running(create_app(settings)) as client:
+        yield client
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -153,45 +171,71 @@ def test_callback_route_matches_only_uuids(sensor: SensorProcess, http: httpx.Cl
     assert _security_since(sensor, last) == []
 
 
-def test_events_need_a_reader(http: httpx.Client) -> None:
-    assert http.get("/events").status_code == 401
-    assert http.get("/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
+def test_the_sensor_process_serves_its_callback_health_and_ready_only(sensor: SensorProcess,
+                                                                     http: httpx.Client) -> None:
+    """``slurmtower sensor`` is not the API: no /events, no OpenAPI document, no dashboard;
+    /ready says slurmctld answers, that it leads the sensor and how many triggers it armed."""
+    assert http.get("/health").json()["status"] == "ok"
+    ready = http.get("/ready").json()
+    assert ready["ready"] is True and ready["slurmctld"] is True
+    assert ready["leads"] == ["sensor"] and ready["triggers"] >= 1
+    for path in ("/events", "/events/sensor", "/openapi.json", "/ui/", "/queue"):
+        missing = http.get(path, headers=AUTH)
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json", path
+    wrong = http.get(_path(sensor))  # the callback takes POST only
+    assert wrong.status_code == 405 and wrong.json()["status"] == 405
 
 
-def test_events_filters(sensor: SensorProcess, http: httpx.Client) -> None:
+def test_the_sensor_process_does_not_load_the_web_framework() -> None:
+    """The sensor's app is Starlette only: building it (and the CLI) loads no FastAPI."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from slurmtower.api.sensor_app import create_sensor_app; "
+            "from slurmtower.cli.main import main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'fastapi'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_events_need_a_reader(api: httpx.Client) -> None:
+    assert api.get("/events").status_code == 401
+    assert api.get("/events", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_events_filters(sensor: SensorProcess, http: httpx.Client, api: httpx.Client) -> None:
     path = _path(sensor, "node", "down")
     body = b"n4"
     assert http.post(path, content=body, headers=sign_request(_key(sensor), "POST", path, body)).status_code == 202
-    everything = http.get("/events", params={"limit": 1000}, headers=AUTH).json()
+    everything = api.get("/events", params={"limit": 1000}, headers=AUTH).json()
     assert [e["id"] for e in everything] == sorted(e["id"] for e in everything)
     first, middle = everything[0]["id"], everything[len(everything) // 2]["id"]
-    after = http.get("/events", params={"since": middle, "limit": 1000}, headers=AUTH).json()
+    after = api.get("/events", params={"since": middle, "limit": 1000}, headers=AUTH).json()
     assert after and all(e["id"] > middle for e in after)
     assert len(after) == len([e for e in everything if e["id"] > middle])
-    nodes = http.get("/events", params={"node": "n1", "type": NODE_STATE}, headers=AUTH).json()
+    nodes = api.get("/events", params={"node": "n1", "type": NODE_STATE}, headers=AUTH).json()
     assert nodes and all(e["node"] == "n1" and e["type"] == NODE_STATE for e in nodes)
-    both = http.get("/events", params=[("type", SECURITY), ("type", SENSOR_TRIGGERED)], headers=AUTH).json()
+    both = api.get("/events", params=[("type", SECURITY), ("type", SENSOR_TRIGGERED)], headers=AUTH).json()
     assert {e["type"] for e in both} == {SECURITY, SENSOR_TRIGGERED}
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    assert http.get("/events", params={"start": future}, headers=AUTH).json() == []
+    assert api.get("/events", params={"start": future}, headers=AUTH).json() == []
     past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-    in_range = http.get("/events", params={"start": past, "end": future, "limit": 1000}, headers=AUTH).json()
+    in_range = api.get("/events", params={"start": past, "end": future, "limit": 1000}, headers=AUTH).json()
     assert in_range[0]["id"] == first
-    bad = http.get("/events", params={"start": future, "end": past}, headers=AUTH)
+    bad = api.get("/events", params={"start": future, "end": past}, headers=AUTH)
     assert bad.status_code == 400 and bad.json()["param"] == "end"
-    naive = http.get("/events", params={"start": "2024-01-01T00:00:00"}, headers=AUTH)
+    naive = api.get("/events", params={"start": "2024-01-01T00:00:00"}, headers=AUTH)
     assert naive.status_code == 400 and naive.json()["param"] == "start"
-    assert http.get("/events", params={"limit": 0}, headers=AUTH).status_code == 400
+    assert api.get("/events", params={"limit": 0}, headers=AUTH).status_code == 400
 
 
-def test_stream_resumes_after_last_event_id(sensor: SensorProcess, http: httpx.Client) -> None:
-    events = http.get("/events", params={"limit": 1000}, headers=AUTH).json()
+def test_stream_resumes_after_last_event_id(sensor: SensorProcess, api: httpx.Client) -> None:
+    events = api.get("/events", params={"limit": 1000}, headers=AUTH).json()
     assert len(events) >= 3
     resume_from = events[-3]["id"]
     expected = [e["id"] for e in events if e["id"] > resume_from]
     got: list[int] = []
     headers = {**AUTH, "Last-Event-ID": str(resume_from)}
-    with http.stream("GET", "/events/stream", headers=headers, timeout=10) as resp:
+    with api.stream("GET", "/events/stream", headers=headers, timeout=10) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         for line in resp.iter_lines():
@@ -200,12 +244,12 @@ def test_stream_resumes_after_last_event_id(sensor: SensorProcess, http: httpx.C
                 if len(got) == len(expected):
                     break
     assert got == expected
-    bad = http.get("/events/stream", headers={**AUTH, "Last-Event-ID": "abc"})
+    bad = api.get("/events/stream", headers={**AUTH, "Last-Event-ID": "abc"})
     assert bad.status_code == 400 and bad.json()["param"] == "Last-Event-ID"
 
 
-def test_stream_delivers_new_events_live(sensor: SensorProcess, http: httpx.Client) -> None:
-    with http.stream("GET", "/events/stream", params={"type": SENSOR_TRIGGERED}, headers=AUTH,
+def test_stream_delivers_new_events_live(sensor: SensorProcess, api: httpx.Client) -> None:
+    with api.stream("GET", "/events/stream", params={"type": SENSOR_TRIGGERED}, headers=AUTH,
                      timeout=10) as resp:
         path = _path(sensor, "node", "fail")
         body = b"n2"

@@ -33,7 +33,7 @@ from slurmtower.models.accounting import HistoryJob, HistoryStep
 from slurmtower.models.table import JobTable, job_fragment
 from slurmtower.settings import Settings, TokenEntry, load_settings
 from tests.auth_helpers import OPERATOR, READER, bearer, running_server, with_tokens
-from tests.conftest import sacct_runs, sh, wait_for
+from tests.conftest import ForgottenJobs, forgotten, sacct_runs, sh, wait_for
 
 ALICE = "stw_test_alice_reader_token"
 """A reader named like the Slurm user alice: her own jobs show their private fields."""
@@ -342,10 +342,11 @@ def _queue_page(http: httpx.Client, token: str = READER, **params: str) -> Page:
 
 
 @pytest.fixture(scope="module")
-def early_job(devcluster: DevCluster) -> int:
-    """alice's job that ends at once, submitted first: slurmctld forgets it (MinJobAge) while
-    the other tests run, and the last one reads it from accounting."""
-    return sbatch("alice", "-J", "uij-early", "-A", "physics", "-p", "debug", "-t", "1", "--wrap", "true")
+def early_job(forgotten_jobs: ForgottenJobs | None) -> int:
+    """alice's job that ended when the session started: slurmctld forgets it (MinJobAge)
+    while other tests run, and the last test here reads it from accounting."""
+    assert forgotten_jobs is not None
+    return forgotten_jobs.alice
 
 
 @pytest.mark.cluster
@@ -755,9 +756,7 @@ def test_a_dead_accounting_database_is_a_503_page_and_live_details_stay(devclust
 
 @pytest.mark.cluster
 def test_a_job_slurmctld_forgot_is_shown_from_accounting(ui: httpx.Client, early_job: int) -> None:
-    # MinJobAge (60 s on the devcluster): slurmctld purges the record a little after that
-    wait_for(lambda: subprocess.run(["scontrol", "show", "job", str(early_job)], capture_output=True,
-                                    check=False).returncode != 0, 180, 2, what=f"slurmctld to forget job {early_job}")
+    forgotten(early_job)
     status, page, text = get(ui, f"/ui/jobs/{early_job}", READER)
     assert status == 200 and "slurmctld no longer holds this job" in text
     record = sacct_records([early_job])[0]

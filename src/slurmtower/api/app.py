@@ -177,7 +177,7 @@ def create_app(
     title: str = "slurmtower",
 ) -> FastAPI:
     """Build the application. Pass ``services`` to share objects with tests; ``route_modules``
-    picks a subset of :data:`ROUTE_MODULES` (``slurmtower sensor`` serves only ``events``)."""
+    picks a subset of :data:`ROUTE_MODULES`."""
     if services is None:
         if settings is None:
             raise ValueError("create_app needs settings or services")

@@ -199,9 +199,9 @@ def rules_check(
 
 
 def _sensor_app(settings: Settings) -> Any:
-    from slurmtower.api.app import create_app  # deferred: CLI startup
+    from slurmtower.api.sensor_app import create_sensor_app  # deferred: CLI startup
 
-    return create_app(settings, route_modules=("events",), title="slurmtower sensor")
+    return create_sensor_app(settings)
 
 
 @app.command("sensor")
@@ -210,7 +210,8 @@ def sensor_cmd(
     host: Annotated[str | None, typer.Option(help="Bind address (default: events.callback_host).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: events.callback_port, api.port).")] = None,
 ) -> None:
-    """Run the node sensor alone: Slurm triggers, the poll loop, rules, and its callback receiver.
+    """Run the node sensor alone: Slurm triggers, the poll loop, rules, and its callback receiver
+    (with /health and /ready; the events are read where `slurmtower serve` runs on the same store).
 
     A clean stop (SIGTERM, Ctrl-C) clears the sensor's triggers.
     """
