@@ -24,8 +24,14 @@ fi
 [ -x .venv/promtool/usr/bin/promtool ] && export PATH="$PATH:$PWD/.venv/promtool/usr/bin"
 $BIN/ruff check src tests bench
 $BIN/mypy
-# The 30 slowest tests at the end: where the suite's budget goes.
-$BIN/pytest --durations=30 "$@"
+# Two workers (pytest-xdist), each on a devcluster of its own (tests/conftest.py): most of the
+# suite waits on Slurm (about a quarter of the two cores busy in a serial run), so two halves
+# overlap. A worker takes whole modules (tests/conftest.py scope_of); SLURMTOWER_TEST_WORKERS=0 runs serially (the default
+# when tests are named on the command line). The 30 slowest tests at the end.
+workers=${SLURMTOWER_TEST_WORKERS:-$([ $# -eq 0 ] && echo 2 || echo 0)}
+parallel=()
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadscope)
+$BIN/pytest "${parallel[@]}" --durations=30 "$@"
 # The release suites (-m release: actions, sensor, REST API, /history against sacct, the
 # slurmrestd backend) again on every other Slurm install found: /opt/slurm-* and
 # $SLURMTOWER_TEST_SLURM_PREFIXES, each on its own devcluster, stopped afterwards.

@@ -53,14 +53,57 @@ def release_devcluster(prefix: str | Path) -> DevCluster:
                       log=lambda _m: None)
 
 
+#: The pytest-xdist worker running this process (``gw0``, ``gw1`` ...; ``""`` without xdist).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+#: The modules that use the scale lab (one lab for every session): one worker runs them all.
+SCALE_LAB_MODULES = frozenset({"tests/test_actions_scale.py", "tests/test_devcluster_scale.py",
+                               "tests/test_live_scale.py", "tests/test_ui_nodes.py", "tests/test_ui_nodes_browser.py"})
+
+
+def scope_of(nodeid: str) -> str:
+    """What one xdist worker runs whole: a test module (its servers and module fixtures are
+    set up once), or every module of the scale lab."""
+    module = nodeid.split("::", 1)[0]
+    return "scale-lab" if module in SCALE_LAB_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (``scripts/test.sh``: ``-n 2``) each worker has a devcluster of its
+    own (:func:`worker_devcluster`) and takes whole scopes (:func:`scope_of`). xdist's own
+    ``loadgroup`` cannot do it on pytest 9 (pytest-dev/pytest-xdist#1386: the groups are lost)."""
+    from xdist.scheduler import LoadScopeScheduling  # deferred: only the xdist controller schedules
+
+    class ScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On another release's cluster only the ``release`` suites run (the others are 22.05's)."""
-    if not RELEASE_PREFIX:
-        return
-    other = [item for item in items if item.get_closest_marker("release") is None]
-    if other:
-        config.hook.pytest_deselected(items=other)
-        items[:] = [item for item in items if item.get_closest_marker("release") is not None]
+    """On another release's cluster only the ``release`` suites run (the others are 22.05's).
+    A test that uses the scale lab outside :data:`SCALE_LAB_MODULES` is an error: two workers
+    would change the one lab at once."""
+    if RELEASE_PREFIX:
+        other = [item for item in items if item.get_closest_marker("release") is None]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if item.get_closest_marker("release") is not None]
+    stray = [item.nodeid for item in items if "scale_cluster" in getattr(item, "fixturenames", ())
+             and item.nodeid.split("::", 1)[0] not in SCALE_LAB_MODULES]
+    if stray:
+        raise pytest.UsageError(f"tests/conftest.py SCALE_LAB_MODULES lacks the module of {stray[0]}")
+
+
+def worker_devcluster(worker: str) -> DevCluster:
+    """The devcluster of an xdist worker: the default one for ``gw0`` (and without xdist),
+    its own dir, name and ports for the others (26800 + 200 x N: clear of the scale lab's
+    14000-15100 and the release clusters' 16000-19999), stopped when the session ends."""
+    n = int(worker.removeprefix("gw") or 0)
+    if n == 0:
+        return DevCluster(log=lambda _m: None)
+    return DevCluster(root=Path(f"/var/lib/slurmtower/devcluster-{worker}"), cluster_name=f"tower{worker}",
+                      port_base=26800 + 200 * n, log=lambda _m: None)
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +112,9 @@ def devcluster() -> Iterator[DevCluster]:
     ``$SLURMTOWER_TEST_SLURM_PREFIX`` (its commands first on PATH for the whole session)."""
     if not _can_run_cluster():
         pytest.skip("the local Slurm cluster needs root on Debian")
-    cluster = release_devcluster(RELEASE_PREFIX) if RELEASE_PREFIX else DevCluster(log=lambda _m: None)
-    cluster.up()
+    cluster = release_devcluster(RELEASE_PREFIX) if RELEASE_PREFIX else worker_devcluster(WORKER)
+    with _devcluster_lock():  # two workers' first `up` would both install packages and make users
+        cluster.up()
     # SLURM_CONF, SLURMTOWER_CONFIG, SLURMTOWER_DEVCLUSTER_*, SLURMTOWER_URL/TOKEN (and PATH
     # on a prefix install): what `eval "$(slurmtower devcluster env)"` exports for it.
     os.environ.update(cluster.command_env())
@@ -80,6 +124,19 @@ def devcluster() -> Iterator[DevCluster]:
     os.environ[BREAKER_OFF[0]] = BREAKER_OFF[1]
     _start_clean(cluster)
     yield cluster
+    if WORKER not in ("", "gw0") and not RELEASE_PREFIX:
+        cluster.down()  # a worker's own cluster (the default one stays up, as `make run` uses it)
+
+
+@contextmanager
+def _devcluster_lock() -> Iterator[None]:
+    Path("/var/lib/slurmtower").mkdir(parents=True, exist_ok=True)
+    with open("/var/lib/slurmtower/.tests-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _start_clean(cluster: DevCluster) -> None:
@@ -247,8 +304,8 @@ class ForgottenJobs:
     requeued: int  #: root's job that ran twice (REQUEUED, then COMPLETED)
 
 
-#: The fixtures that need :class:`ForgottenJobs`: the session submits them only where one is collected.
-FORGOTTEN_FIXTURES = frozenset({"forgotten_jobs", "requeued_job"})
+#: The fixtures that read :class:`ForgottenJobs`: the session submits them only where one is collected.
+FORGOTTEN_FIXTURES = frozenset({"forgotten_job", "early_job", "requeued_job"})
 
 
 @pytest.fixture(scope="session", autouse=True)

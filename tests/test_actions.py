@@ -13,7 +13,7 @@ from slurmtower.errors import Conflict, InvalidInput, NodeSetError, NotFound, Pe
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 
-from .conftest import ForgottenJobs, forgotten, node_states, reason_of, sacct_runs, sh, wait_for
+from .conftest import node_states, reason_of, sh, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
@@ -140,41 +140,6 @@ def test_job_get_unknown_id_is_not_found(catalogue: Catalogue) -> None:
         run(catalogue, "slurm.job.get", {"jobids": [999999]})
     with pytest.raises(InvalidInput, match="jobids"):
         run(catalogue, "slurm.job.get", {"jobids": "abc"})
-
-
-@pytest.fixture(scope="module")
-def finished_job(forgotten_jobs: ForgottenJobs | None) -> int:
-    """root's job slurmctld has forgotten (MinJobAge=60) but accounting keeps."""
-    assert forgotten_jobs is not None
-    return forgotten(forgotten_jobs.root)
-
-
-@pytest.mark.slow
-def test_job_get_from_accounting_after_min_job_age(catalogue: Catalogue, finished_job: int) -> None:
-    env = run(catalogue, "slurm.job.get", {"jobids": [finished_job]})
-    record = env.result[str(finished_job)][0]
-    assert record["from_accounting"] is True
-    assert record["job_id"] == finished_job and record["state"] == "COMPLETED"
-    steps = run(catalogue, "slurm.job.step.get", {"jobids": [finished_job]}).result[str(finished_job)]
-    assert steps and all(s["from_accounting"] is True for s in steps.values())
-    found = run(catalogue, "slurm.job.find", {"criterias": {"job_id": finished_job},
-                                              "include_finished": True}).result
-    assert found == [finished_job]
-    assert run(catalogue, "slurm.job.find", {"criterias": {"job_id": finished_job}}).result == []
-
-
-@pytest.mark.slow
-def test_job_get_gives_each_run_of_a_requeued_job(catalogue: Catalogue, client: CliSlurmClient,
-                                                 requeued_job: int) -> None:
-    """From accounting (slurmctld forgot it after MinJobAge), one record per run, the runs
-    told apart by sluid on 26.05+ as sacct tells them."""
-    forgotten(requeued_job)
-    assert requeued_job not in set(client.job_ids())
-    records = run(catalogue, "slurm.job.get", {"jobids": [requeued_job]}).result[str(requeued_job)]
-    assert all(r["from_accounting"] is True and r["job_id"] == requeued_job for r in records)
-    assert [(r["state"], r["sluid"]) for r in records] == \
-        [(r["State"], r["SLUID"] or None) for r in reversed(sacct_runs(requeued_job))]
-    assert len({r["job_db_inx"] for r in records}) == 2
 
 
 # -- nodes ------------------------------------------------------------------------------------
