@@ -31,7 +31,14 @@ $BIN/mypy
 workers=${SLURMTOWER_TEST_WORKERS:-$([ $# -eq 0 ] && echo 2 || echo 0)}
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadscope)
-$BIN/pytest "${parallel[@]}" --durations=30 "$@"
+if ! $BIN/pytest "${parallel[@]}" --durations=30 "$@"; then
+  [ "$workers" -gt 0 ] || exit 1
+  # A test bound in time (a drain of 1,000 nodes within a second, slurmctld answering within
+  # 4 s) can miss its bound while the other worker's cluster takes both cores: the failed
+  # tests run once more, alone and serially, and that run decides. Both runs are in the log.
+  echo "== the tests that failed beside a second worker, again, serially:"
+  $BIN/pytest --last-failed --last-failed-no-failures none "$@" -q || exit 1
+fi
 # The release suites (-m release: actions, sensor, REST API, /history against sacct, the
 # slurmrestd backend) again on every other Slurm install found: /opt/slurm-* and
 # $SLURMTOWER_TEST_SLURM_PREFIXES, each on its own devcluster, stopped afterwards.

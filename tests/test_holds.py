@@ -296,3 +296,28 @@ def test_holds_from_the_cli(devcluster: Any, tmp_path: Path, clean_nodes: Any) -
     assert "n1 is held by slurmtower:bob@cli ('ecc')" in refused.stderr
     assert cli("run", "slurm.node.resume", "nodes=n1", user="bob").returncode == 0
     assert not drained("n1")
+
+
+def test_a_store_gone_under_the_server_leaves_holds_from_slurms_reasons(
+        settings: Settings, client: CliSlurmClient, pg_store: str, clean_nodes: Any) -> None:
+    """The store's database dropped while the API runs: /nodes/holds answers (200) with the
+    holds Slurm's reasons name, never a 500 carrying the database's text."""
+    from sqlalchemy import create_engine, text
+
+    from .conftest import PG_SERVER
+
+    settings.store_url = pg_store  # type: ignore[assignment]
+    sh("scontrol", "update", "nodename=n4", "state=drain", "reason=outside [slurmtower:otto@api]")
+    http = Http(create_app(services=Services(settings=with_tokens(settings), client=client)))
+    assert http.get("/nodes/holds", headers=bearer(READER)).status_code == 200  # the store opened
+    name = pg_store.rsplit("/", 1)[1]
+    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"))
+        conn.execute(text(f'DROP DATABASE "{name}"'))
+    admin.dispose()
+    resp = http.get("/nodes/holds", headers=bearer(READER))
+    assert resp.status_code == 200, resp.text
+    assert "does not exist" not in resp.text and name not in resp.text
+    (n4,) = [n for n in resp.json()["nodes"] if n["name"] == "n4"]
+    assert [h["holder"] for h in n4["holds"]] == ["slurmtower:otto@api"]

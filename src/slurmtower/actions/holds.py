@@ -53,7 +53,7 @@ from slurmtower.models import Node, NodeFlag, NodeState
 from slurmtower.store.engine import READ_ONLY, sqlite_file
 from slurmtower.store.schema import node_holds as _table
 
-__all__ = ["LOCK_TIMEOUT", "Hold", "HoldStore", "HoldsBusy", "node_holds", "out_since", "reconcile"]
+__all__ = ["LOCK_TIMEOUT", "Hold", "HoldStore", "HoldsBusy", "held_nodes", "node_holds", "out_since", "reconcile"]
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +302,16 @@ def _file_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]:
 
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def held_nodes(store: HoldStore) -> set[str]:
+    """The nodes with a stored hold; none when the store cannot be read (logged), as
+    :func:`node_holds` then takes the holds from Slurm's reasons alone."""
+    try:
+        return store.nodes()
+    except SQLAlchemyError as exc:
+        log.warning("node holds: the store cannot be read (%s): holds from Slurm's reasons only", exc)
+        return set()
 
 
 def node_holds(store: HoldStore | None, nodes: Sequence[Node], *, read_at: datetime) -> dict[str, list[Hold]]:

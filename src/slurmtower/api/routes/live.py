@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from slurmtower.actions.holds import HoldStore, node_holds
+from slurmtower.actions.holds import HoldStore, held_nodes, node_holds
 from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import FastReads, respond, strict_query
@@ -350,7 +350,7 @@ _OUT = frozenset({NodeState.DOWN.value, NodeFlag.DRAIN.value, NodeFlag.FAIL.valu
 
 
 def _holds_body(store: HoldStore, table: NodeTable, wanted: NodeSet | None, read_at: datetime) -> dict[str, Any]:
-    rows = set(table.select(state=_OUT)) | set(table.rows_of(store.nodes()))
+    rows = set(table.select(state=_OUT)) | set(table.rows_of(held_nodes(store)))
     if wanted is not None:
         rows &= set(table.rows_of(wanted))
     nodes = [Node.model_validate_json(table.fragments[r]) for r in sorted(rows)]
