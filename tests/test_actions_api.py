@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -146,3 +146,26 @@ def test_audit_keyset_pagination(http: Http) -> None:
     assert len(page["records"]) == 4 and page["next_before"] is not None
     rest = http.get(f"/audit?limit=4&before={page['next_before']}", headers=auth("reader")).json()
     assert [r["outcome"] for r in rest["records"]] == ["dry_run", "intent"]
+
+
+@pytest.mark.parametrize("how", ["declared", "chunked"])
+def test_an_action_body_over_the_bound_is_a_413_and_runs_nothing(http: Http, how: str) -> None:
+    """``api.max_action_body_bytes`` (1 MiB): a bigger body is refused before it is parsed,
+    whether its Content-Length says so or it streams without one; nothing runs, nothing is
+    recorded (the audit and the executions stay as they were)."""
+    before = http.get("/audit", params={"limit": 1}, headers=auth("admin")).json()
+    big = b'{"nodes": "n1", "reason": "' + b"x" * (2 << 20) + b'"}'
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: Transfer-Encoding chunked
+        for i in range(0, len(big), 64 << 10):
+            yield big[i:i + (64 << 10)]
+
+    content: Any = big if how == "declared" else chunks()
+    resp = http.post("/actions/slurm.node.drain", content=content, headers={
+        **auth("operator"), "Content-Type": "application/json"})
+    assert resp.status_code == 413 and resp.headers["content-type"] == "application/problem+json"
+    assert resp.json()["param"] == "body" and "api.max_action_body_bytes" in resp.json()["detail"]
+    assert http.get("/audit", params={"limit": 1}, headers=auth("admin")).json() == before
+    assert "DRAIN" not in node_states()["n1"]
+    small = http.post("/actions/slurm.node.get", json={"nodes": "n1", "pad": "y" * 1000}, headers=auth("reader"))
+    assert small.status_code == 400 and small.json()["param"] == "pad"  # read, parsed, refused by name

@@ -61,7 +61,10 @@ class Calls:
 
 @pytest.fixture()
 def catalogue(settings: Settings, client: CliSlurmClient) -> Iterator[Catalogue]:
-    client.version()  # the one `sinfo -V`, before any test counts calls
+    # The client's once-per-process questions (`sinfo -V`, which commands print JSON), asked
+    # before any test counts calls: whichever test of the session comes first.
+    client.version()
+    client.json_forms()
     cat = Catalogue.from_settings(settings, client=client)
     yield cat
     cat.store.close()

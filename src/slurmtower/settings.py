@@ -90,6 +90,8 @@ class AccountingSettings(_Section):
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8642, ge=1, le=65535)
+    #: The largest body ``POST /actions/{name}`` reads (bigger: 413, nothing run or recorded).
+    max_action_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     serve_index: bool = False
     refresh_interval: float = Field(default=2.0, gt=0)
     """At most one Slurm query per resource per this many seconds, whatever the client count

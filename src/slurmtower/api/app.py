@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
-from slurmtower.errors import ConfigError, InvalidInput, SlurmtowerError
+from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
 from slurmtower.runtime import Services, assemble, start, stop
 from slurmtower.settings import Settings
 
@@ -111,6 +111,50 @@ class _RefuseNul:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class _CapActionBody:
+    """``POST /actions/{name}`` reads at most ``api.max_action_body_bytes``: a bigger body is
+    a 413 problem as soon as its Content-Length says so, or as soon as that many bytes came
+    (never read in full, never parsed, nothing run or recorded)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _refusal(self) -> Response:
+        exc = PayloadTooLarge(f"body over {self.limit} bytes (api.max_action_body_bytes)", param="body")
+        return problem_response(413, exc.to_problem())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/actions/"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refusal()(scope, receive, send)
+            return
+        size = 0
+        refused = False
+
+        async def capped() -> Message:
+            nonlocal size, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.limit:
+                    refused = True
+                    await self._refusal()(scope, receive, send)
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
+            return message
+
+        async def send_unless_refused(message: Message) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, capped, send_unless_refused)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -205,6 +249,7 @@ def create_app(
         return add_problem_schema(FastAPI.openapi(app))  # cached by FastAPI; idempotent
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(_CapActionBody, limit=services.settings.api.max_action_body_bytes)
     app.add_middleware(_RefuseNul)
     app.add_middleware(_Allow, routes=app.router.routes)  # the router's list: routes added below count
     app.add_exception_handler(SlurmtowerError, slurmtower_problem)

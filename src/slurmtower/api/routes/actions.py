@@ -61,7 +61,7 @@ async def show_action(name: ActionName) -> dict[str, Any]:
 
 
 @router.post("/actions/{name}", response_model=Envelope | st2.St2Execution,
-             responses=problems(400, *READ_PROBLEMS, 404, 409, 503))
+             responses=problems(400, *READ_PROBLEMS, 404, 409, 413, 503))
 async def run_action(
     name: ActionName,
     services: ServicesDep,
