@@ -33,7 +33,7 @@ from slurmtower.models.accounting import HistoryJob, HistoryStep
 from slurmtower.models.table import JobTable, job_fragment
 from slurmtower.settings import Settings, TokenEntry, load_settings
 from tests.auth_helpers import OPERATOR, READER, bearer, running_server, with_tokens
-from tests.conftest import ForgottenJobs, forgotten, sacct_runs, sh, wait_for
+from tests.conftest import ForgottenJobs, forgotten, sacct_runs, sh, submit, wait_for
 
 ALICE = "stw_test_alice_reader_token"
 """A reader named like the Slurm user alice: her own jobs show their private fields."""
@@ -288,11 +288,7 @@ def get(http: httpx.Client, path: str, token: str = READER, **params: str) -> tu
     return resp.status_code, Page(resp.text), resp.text
 
 
-def sbatch(user: str, *args: str) -> int:
-    argv = ["sbatch", "--parsable", "-o", "/dev/null", "-e", "/dev/null", "-D", "/tmp", *args]
-    if user != "root":
-        argv = ["runuser", "-u", user, "--", *argv]
-    return int(sh(*argv).strip().split(";")[0])
+sbatch = submit  # as ``user``: the job id
 
 
 def squeue_state(job: int) -> str:

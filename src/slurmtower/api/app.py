@@ -28,7 +28,7 @@ from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
-from slurmtower.runtime import Services, assemble, start, stop
+from slurmtower.runtime import Services, assemble, running
 from slurmtower.settings import Settings
 
 __all__ = ["ROUTE_MODULES", "ROUTE_PARTS", "create_app"]
@@ -231,11 +231,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await start(services)
-        try:
+        async with running(services):
             yield
-        finally:
-            await stop(services)
 
     app = FastAPI(
         title=title,

@@ -22,7 +22,7 @@ from slurmtower import __version__
 from slurmtower.api.callback import receive_callback
 from slurmtower.api.problems import http_problem, slurmtower_problem
 from slurmtower.errors import ConfigError, SlurmtowerError
-from slurmtower.runtime import Readiness, Services, assemble, start, stop
+from slurmtower.runtime import Readiness, Services, assemble, running
 from slurmtower.settings import Settings
 
 __all__ = ["create_sensor_app"]
@@ -59,11 +59,8 @@ def create_sensor_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await start(services)
-        try:
+        async with running(services):
             yield
-        finally:
-            await stop(services)
 
     app = Starlette(
         routes=[

@@ -10,7 +10,8 @@ lifespan of any adapter (the HTTP app, the sensor alone).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 
 from slurmtower.accounting import AccountingDB
 from slurmtower.events.feed import EventFeed
@@ -23,7 +24,7 @@ from slurmtower.runtime.tasks import periodic_tasks
 from slurmtower.settings import Settings
 from slurmtower.slurm.observe import slurm_call_observer
 
-__all__ = ["PARTS", "assemble", "build_services", "start", "stop"]
+__all__ = ["PARTS", "assemble", "build_services", "running", "start", "stop"]
 
 #: What a process can run: the live snapshots (and their refresh worker), job history
 #: (slurmdbd's database), the load archive, the event log with the sensor and its rules,
@@ -106,3 +107,14 @@ async def stop(services: Services) -> None:
         worker, cache.worker = cache.worker, None
         if worker is not None:
             await worker.close()
+
+
+@asynccontextmanager
+async def running(services: Services) -> AsyncIterator[Services]:
+    """``services`` started for the block and stopped after it (an app's lifespan: the API's
+    and the sensor's)."""
+    await start(services)
+    try:
+        yield services
+    finally:
+        await stop(services)
