@@ -8,6 +8,7 @@ node states use ``clean_nodes``, which puts every node back in service afterward
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -90,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=other)
             items[:] = [item for item in items if item.get_closest_marker("release") is not None]
     stray = [item.nodeid for item in items if "scale_cluster" in getattr(item, "fixturenames", ())
-             and item.nodeid.split("::", 1)[0] not in SCALE_LAB_MODULES]
+             and scope_of(item.nodeid) != "scale-lab"]
     if stray:
         raise pytest.UsageError(f"tests/conftest.py SCALE_LAB_MODULES lacks the module of {stray[0]}")
 
@@ -129,14 +130,17 @@ def devcluster() -> Iterator[DevCluster]:
 
 
 @contextmanager
-def _devcluster_lock() -> Iterator[None]:
-    Path("/var/lib/slurmtower").mkdir(parents=True, exist_ok=True)
-    with open("/var/lib/slurmtower/.tests-up.lock", "w") as lock:
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made with its directory) among this machine's pytest
+    processes, released when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield  # closing the file releases the lock
+
+
+def _devcluster_lock() -> contextlib.AbstractContextManager[None]:
+    return _file_lock(Path("/var/lib/slurmtower/.tests-up.lock"))
 
 
 def _start_clean(cluster: DevCluster) -> None:
@@ -351,9 +355,7 @@ SCALE_PORT_BASE = 14000  # ports 14000-15100: clear of the default cluster's 268
 def _scale_lock(root: Path) -> Iterator[Path]:
     """The scale lab's session registry (one pid file per pytest session), under a file lock."""
     sessions = root.parent / f"{root.name}.sessions"
-    sessions.mkdir(parents=True, exist_ok=True)
-    with open(sessions / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _file_lock(sessions / ".lock"):
         for entry in sessions.glob("*.pid"):
             if not Path(f"/proc/{entry.stem}").exists():
                 entry.unlink(missing_ok=True)

@@ -6,29 +6,15 @@ forgets them up to two minutes later, while the modules before this one run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from slurmtower.actions import Catalogue
-from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient
 
 from .conftest import ForgottenJobs, forgotten, sacct_runs
+from .test_actions import catalogue, run  # noqa: F401 - catalogue: the fixture test_actions has
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
-
-
-@pytest.fixture()
-def catalogue(settings: Settings, client: CliSlurmClient) -> Iterator[Catalogue]:
-    cat = Catalogue.from_settings(settings, client=client)
-    yield cat
-    cat.store.close()
-
-
-def run(cat: Catalogue, name: str, params: dict[str, Any] | None = None, who: str = "alice", **kw: Any):  # type: ignore[no-untyped-def]
-    return cat.execute(name, params or {}, principal=who, via="cli", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +24,7 @@ def forgotten_job(forgotten_jobs: ForgottenJobs | None) -> int:
     return forgotten(forgotten_jobs.root)
 
 
-def test_job_get_from_accounting_after_min_job_age(catalogue: Catalogue, forgotten_job: int) -> None:
+def test_job_get_from_accounting_after_min_job_age(catalogue: Catalogue, forgotten_job: int) -> None:  # noqa: F811
     env = run(catalogue, "slurm.job.get", {"jobids": [forgotten_job]})
     record = env.result[str(forgotten_job)][0]
     assert record["from_accounting"] is True
@@ -51,7 +37,7 @@ def test_job_get_from_accounting_after_min_job_age(catalogue: Catalogue, forgott
     assert run(catalogue, "slurm.job.find", {"criterias": {"job_id": forgotten_job}}).result == []
 
 
-def test_job_get_gives_each_run_of_a_requeued_job(catalogue: Catalogue, client: CliSlurmClient,
+def test_job_get_gives_each_run_of_a_requeued_job(catalogue: Catalogue, client: CliSlurmClient,  # noqa: F811
                                                  requeued_job: int) -> None:
     """From accounting (slurmctld forgot it after MinJobAge), one record per run, the runs
     told apart by sluid on 26.05+ as sacct tells them."""

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
+from slurmtower.api.reads import read_capped
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
 from slurmtower.runtime import Services, assemble, running
 from slurmtower.settings import Settings
@@ -114,47 +115,38 @@ class _RefuseNul:
 
 
 class _CapActionBody:
-    """``POST /actions/{name}`` reads at most ``api.max_action_body_bytes``: a bigger body is
-    a 413 problem as soon as its Content-Length says so, or as soon as that many bytes came
-    (never read in full, never parsed, nothing run or recorded)."""
+    """``POST /actions/{name}`` reads at most ``api.max_action_body_bytes``
+    (:func:`~slurmtower.api.reads.read_capped`: refused as soon as the Content-Length says
+    so, or as soon as that many bytes came): a bigger body is a 413 problem, never parsed,
+    nothing run or recorded. A body within the bound is handed on to the route as it came."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
 
-    def _refusal(self) -> Response:
-        exc = PayloadTooLarge(f"body over {self.limit} bytes (api.max_action_body_bytes)", param="body")
-        return problem_response(413, exc.to_problem())
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/actions/"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            await self._refusal()(scope, receive, send)
+
+        async def refuse() -> PayloadTooLarge:
+            return PayloadTooLarge(f"body over {self.limit} bytes (api.max_action_body_bytes)", param="body")
+
+        try:
+            body = await read_capped(Request(scope, receive), self.limit, refuse)
+        except PayloadTooLarge as exc:
+            await problem_response(413, exc.to_problem())(scope, receive, send)
             return
-        size = 0
-        refused = False
+        given = False
 
-        async def capped() -> Message:
-            nonlocal size, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                size += len(message.get("body", b""))
-                if size > self.limit:
-                    refused = True
-                    await self._refusal()(scope, receive, send)
-                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
-            return message
+        async def replay() -> Message:
+            nonlocal given
+            if given:
+                return await receive()  # only a disconnect can come now
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
 
-        async def send_unless_refused(message: Message) -> None:
-            if not refused:
-                await send(message)
-
-        await self.app(scope, capped, send_unless_refused)
+        await self.app(scope, replay, send)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")

@@ -22,7 +22,7 @@ from slurmtower import __version__
 from slurmtower.api.callback import receive_callback
 from slurmtower.api.problems import http_problem, slurmtower_problem
 from slurmtower.errors import ConfigError, SlurmtowerError
-from slurmtower.runtime import Readiness, Services, assemble, running
+from slurmtower.runtime import Services, assemble, running
 from slurmtower.settings import Settings
 
 __all__ = ["create_sensor_app"]
@@ -37,24 +37,20 @@ def create_sensor_app(settings: Settings) -> Starlette:
     settings.events.sensor_enabled = True
     services = Services.from_settings(settings)
     assemble(services, SENSOR_PARTS)
+    sensor = services.sensor
+    if sensor is None:  # assemble builds it with the event store: never None here
+        raise ConfigError("the sensor is not configured")
 
     async def callback(request: Request) -> JSONResponse:
-        sensor = services.sensor
-        if sensor is None:  # assemble("events") built it: never None here
-            raise ConfigError("the sensor is not configured")
         return JSONResponse(await receive_callback(request, sensor), status_code=202)
 
     async def health(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "version": __version__})
 
     async def ready(_request: Request) -> JSONResponse:
-        if services.readiness is None:
-            services.readiness = Readiness(services)
-        checks = await services.readiness.get()
+        checks = await services.ready_checks()
         ok = all(checks.values())
-        leads = sorted(role for role in services.elections if services.leads(role))
-        armed = len(services.sensor.armed) if services.sensor is not None else 0
-        return JSONResponse({"ready": ok, **checks, "leads": leads, "triggers": armed},
+        return JSONResponse({"ready": ok, **checks, "leads": services.leading_roles(), "triggers": len(sensor.armed)},
                             status_code=200 if ok else 503)
 
     @asynccontextmanager

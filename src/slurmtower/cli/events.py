@@ -220,7 +220,6 @@ def sensor_cmd(
     settings = load_settings(config)
     if port:
         settings.events.callback_port = port
-    settings.events.sensor_enabled = True
     bind = host or settings.events.callback_host
     listen = settings.events.callback_port or settings.api.port
     uvicorn.run(_sensor_app(settings), host=bind, port=listen, log_level="warning")

@@ -177,6 +177,16 @@ class Services:
         """This process leads at least one role."""
         return bool(self._leading)
 
+    def leading_roles(self) -> list[str]:
+        """The roles this process leads now, sorted (``/ready``'s ``leads``)."""
+        return sorted(role for role in self.elections if self.leads(role))
+
+    async def ready_checks(self) -> dict[str, bool]:
+        """The readiness checks, shared and rate-limited by one :class:`Readiness`."""
+        if self.readiness is None:
+            self.readiness = Readiness(self)
+        return await self.readiness.get()
+
     def _roles(self) -> list[str]:
         return list(dict.fromkeys(t.role for t in self.background if t.needs_leader))
 

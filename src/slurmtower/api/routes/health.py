@@ -15,7 +15,6 @@ from slurmtower.api.deps import ServicesDep
 from slurmtower.api.security import Perm, require
 from slurmtower.errors import NotFound
 from slurmtower.live.sharing import ALONE
-from slurmtower.runtime import Readiness
 
 __all__ = ["router"]
 
@@ -35,15 +34,12 @@ async def ready(services: ServicesDep) -> JSONResponse:
     """Readiness: slurmctld answers (and the accounting DB, when configured), checked at most
     every 5 s; which snapshot this process serves (``snapshot``: shared as the refresher or a
     follower, or its own); which roles it leads (``leads``)."""
-    if services.readiness is None:
-        services.readiness = Readiness(services)
-    checks = await services.readiness.get()
+    checks = await services.ready_checks()
     ok = all(checks.values())
     # Which snapshot this process serves: the mode only (never Redis's error text).
     shared = services.snapshots.shared if services.snapshots is not None else None
     snapshot = shared.mode if shared is not None else ALONE
-    leads = sorted(role for role in services.elections if services.leads(role))
-    return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "leads": leads},
+    return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "leads": services.leading_roles()},
                         status_code=200 if ok else 503)
 
 
