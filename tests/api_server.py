@@ -33,8 +33,11 @@ def serving(app: FastAPI, timeout: float = 20) -> Iterator[str]:
     """Serve ``app`` (lifespan included) with uvicorn on a free loopback port in a thread, as
     ``slurmtower serve`` does; yields the base URL."""
     port = free_port()
+    services = getattr(app.state, "services", None)
+    options = services.settings.api.server_options() if services is not None else {
+        "timeout_keep_alive": KEEP_ALIVE, "proxy_headers": False}
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", timeout_keep_alive=KEEP_ALIVE))
+                                           lifespan="on", **options))
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     end = time.monotonic() + timeout

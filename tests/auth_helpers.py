@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import httpx
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from slurmtower.api.security import hash_token
 from slurmtower.settings import Settings, TokenEntry
@@ -16,6 +17,8 @@ READER = "stw_test_reader_token"
 OPERATOR = "stw_test_operator_token"
 ADMIN = "stw_test_admin_token"
 JWT_SECRET = "jwt-test-secret-of-at-least-32-bytes!"
+JWT_ISSUER = "https://idp.test/realms/hpc"
+JWT_AUDIENCE = "slurmtower"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -31,6 +34,14 @@ def with_tokens(settings: Settings, *, sensor: bool = False) -> Settings:
     ]
     settings.api.serve_index = False
     settings.events.sensor_enabled = sensor
+    return settings
+
+
+def with_jwt(settings: Settings, key: str | None = JWT_SECRET) -> Settings:
+    """``settings`` accepting JWTs of :data:`JWT_ISSUER` for :data:`JWT_AUDIENCE` signed with ``key``."""
+    settings.auth.jwt_key = SecretStr(key) if key is not None else None
+    settings.auth.jwt_issuers = [JWT_ISSUER]
+    settings.auth.jwt_audience = JWT_AUDIENCE
     return settings
 
 

@@ -179,6 +179,7 @@ def test_config_show_masks_secrets(devcluster: DevCluster, tmp_path: Path) -> No
     password = password.split("@")[0].split(":")[-1]
     assert len(password) >= 8
     env = serve_env(devcluster, tmp_path, SLURMTOWER_AUTH__JWT_KEY="very-secret-jwt-key",
+               SLURMTOWER_AUTH__JWT_ISSUERS='["https://idp.test"]', SLURMTOWER_AUTH__JWT_AUDIENCE="slurmtower",
                SLURMTOWER_API__HIDDEN_PARTITIONS='["short"]')
     out = subprocess.run([SLURMTOWER, "config", "show"], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr

@@ -18,16 +18,26 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from pydantic import SecretStr
 from starlette.routing import Router
 
 from slurmtower.api import create_app
 from slurmtower.api.security import TOKEN_COOKIE, LoginLimiter, hash_token
 from slurmtower.settings import Settings
-from tests.auth_helpers import ADMIN, JWT_SECRET, OPERATOR, READER, bearer, with_tokens
+from tests.auth_helpers import (
+    ADMIN,
+    JWT_AUDIENCE,
+    JWT_ISSUER,
+    JWT_SECRET,
+    OPERATOR,
+    READER,
+    bearer,
+    with_jwt,
+    with_tokens,
+)
 from tests.conftest import node_states, sh, wait_for
 
 with warnings.catch_warnings():
@@ -49,7 +59,9 @@ def api(auth_settings: Settings) -> Iterator[TestClient]:
 
 def _jwt(claims: dict[str, object], key: str | object = JWT_SECRET, alg: str = "HS256",
          headers: dict[str, str] | None = None) -> str:
-    body = {"exp": int(time.time()) + 300, **claims}
+    """A JWT of the test issuer for the test audience; a claim given as None is left out."""
+    body = {"exp": int(time.time()) + 300, "iss": JWT_ISSUER, "aud": JWT_AUDIENCE, **claims}
+    body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode(body, key, algorithm=alg, headers=headers)  # type: ignore[arg-type]
 
 
@@ -141,9 +153,7 @@ def test_login_limiter_forgets_failures_after_the_window() -> None:
 
 
 def test_jwt_with_shared_key_gives_role_from_claim(auth_settings: Settings) -> None:
-    from pydantic import SecretStr
-
-    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    with_jwt(auth_settings)
     with TestClient(create_app(auth_settings)) as api:
         op = _jwt({"sub": "jo", "role": ["reader", "operator"]})
         assert api.get("/ui/whoami", headers=bearer(op)).json() == {
@@ -190,8 +200,8 @@ def jwks_server() -> Iterator[tuple[str, object]]:
 
 def test_jwt_verified_against_jwks_url(auth_settings: Settings, jwks_server: tuple[str, object]) -> None:
     url, key = jwks_server
+    with_jwt(auth_settings, key=None)
     auth_settings.auth.jwt_jwks_url = url
-    auth_settings.auth.jwt_audience = "slurmtower"
     with TestClient(create_app(auth_settings)) as api:
         good = _jwt({"sub": "kim", "role": "admin", "aud": "slurmtower"}, key=key, alg="RS256",
                     headers={"kid": "k1"})
@@ -296,7 +306,7 @@ def quiet_settings(auth_settings: Settings) -> Settings:
     auth_settings.api.refresh_interval = 120
     auth_settings.api.refresh_in_subprocess = False
     auth_settings.archiver.archive_usage_load = False
-    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    with_jwt(auth_settings)
     return auth_settings
 
 
@@ -364,7 +374,7 @@ def test_refusals_on_the_fast_path_are_problems_and_each_failure_counts_once(
 def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
         quiet_settings: Settings, jwks_server: tuple[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
     url, key = jwks_server
-    quiet_settings.auth.jwt_key = None
+    with_jwt(quiet_settings, key=None)
     quiet_settings.auth.jwt_jwks_url = url
     token = _jwt({"sub": "kim", "role": "reader"}, key=key, alg="RS256", headers={"kid": "k1"})
     with TestClient(create_app(quiet_settings)) as api:
@@ -450,7 +460,7 @@ def test_an_event_stream_ends_when_its_jwt_expires(auth_settings: Settings) -> N
     from slurmtower.api.security import JWT_LEEWAY
     from tests.api_server import running
 
-    auth_settings.auth.jwt_key = SecretStr(JWT_SECRET)
+    with_jwt(auth_settings)
     auth_settings.archiver.archive_usage_load = False
     token = _jwt({"sub": "jo", "role": "reader", "exp": int(time.time()) - JWT_LEEWAY + 3})
     with running(create_app(auth_settings)) as http:
@@ -464,3 +474,125 @@ def test_an_event_stream_ends_when_its_jwt_expires(auth_settings: Settings) -> N
         took = time.monotonic() - t0
     assert "event: slurmtower.stream.expired" in lines, lines
     assert 1.0 <= took <= 6.0, took
+
+
+def test_a_jwt_from_another_issuer_or_for_another_audience_is_refused(auth_settings: Settings) -> None:
+    """Issue 21's reproduction: a token from ``https://evil.example`` signed with the
+    configured key was taken as admin. Now only ``auth.jwt_issuers`` and ``auth.jwt_audience``
+    are; nothing is run or audited for the refused ones."""
+    with_jwt(auth_settings)
+    with TestClient(create_app(auth_settings)) as api:
+        evil = _jwt({"sub": "mallory", "role": "admin", "iss": "https://evil.example"})
+        resp = api.post("/actions/slurm.reservation.create", headers=bearer(evil),
+                        json={"reservation": "mallory", "nodes": "n1", "duration": "10", "users": "root"})
+        assert (resp.status_code, resp.json()["detail"]) == (
+            401, "JWT from an issuer not accepted here (auth.jwt_issuers)")
+        for claims in ({"aud": "another-service"}, {"aud": None}, {"iss": None}):
+            token = _jwt({"sub": "mallory", "role": "admin", **claims})
+            assert api.get("/nodes", headers=bearer(token)).status_code == 401, claims
+        too_long = _jwt({"sub": "m" * 300, "role": "admin"})
+        assert api.get("/nodes", headers=bearer(too_long)).status_code == 401
+        good = _jwt({"sub": "jo", "role": "admin"})
+        assert api.get("/ui/whoami", headers=bearer(good)).json()["name"] == "jo"
+        audit = api.get("/audit", headers=bearer(ADMIN), params={"who": "mallory"}).json()
+        assert audit["records"] == []
+    assert "mallory" not in sh("scontrol", "show", "reservation")
+
+
+@pytest.mark.parametrize("missing", ["auth.jwt_issuers", "auth.jwt_audience"])
+def test_jwts_without_issuers_or_audience_refuse_to_start(settings: Settings, missing: str) -> None:
+    from slurmtower.errors import ConfigError
+    from slurmtower.settings import load_settings
+
+    with_jwt(settings)
+    setattr(settings.auth, missing.split(".")[1], [] if missing.endswith("issuers") else None)
+    with pytest.raises(ConfigError) as err:
+        create_app(settings)
+    assert err.value.extra["key"] == missing
+    env = {"SLURMTOWER_AUTH__JWT_KEY": JWT_SECRET, "SLURMTOWER_AUTH__JWT_AUDIENCE": JWT_AUDIENCE,
+           "SLURMTOWER_AUTH__JWT_ISSUERS": f'["{JWT_ISSUER}"]'}
+    env.pop(f"SLURMTOWER_{missing.upper().replace('.', '__')}")
+    with pytest.raises(ConfigError, match=missing.replace(".", r"\.")):
+        load_settings(environ=env)
+
+
+def test_slurm_own_tokens_are_refused_unless_a_role_is_set(auth_settings: Settings, devcluster: Any) -> None:
+    """``scontrol token`` from the local cluster, with ``jwt_key`` = its ``jwt_hs256.key``:
+    refused by default, taken as ``auth.slurm_token_role`` (named by its ``sun``) when set."""
+    out = sh("scontrol", "token", "username=alice", "lifespan=120")
+    token = out.strip().split("=", 1)[1]
+    with_jwt(auth_settings, key=None)
+    auth_settings.auth.jwt_key_file = devcluster.jwt_key
+    with TestClient(create_app(auth_settings)) as api:
+        resp = api.get("/ui/whoami", headers=bearer(token))
+        assert (resp.status_code, resp.json()["detail"]) == (
+            401, "Slurm's own tokens are not accepted here (auth.slurm_token_role)")
+    auth_settings.auth.slurm_token_role = "reader"
+    with TestClient(create_app(auth_settings)) as api:
+        assert api.get("/ui/whoami", headers=bearer(token)).json() == {
+            "name": "alice", "role": "reader", "via": "slurm-jwt", "may_operate": False}
+        # An issuer's token still needs the issuer's claims; a Slurm token with a forged sun fails.
+        forged = jwt.encode({"sun": "root", "exp": int(time.time()) + 60}, "not-slurms-key-of-32-bytes-or-more!",
+                            algorithm="HS256")
+        assert api.get("/nodes", headers=bearer(forged)).status_code == 401
+
+
+def test_a_jwks_key_is_pinned_to_the_algorithm_it_publishes(auth_settings: Settings,
+                                                          jwks_server: tuple[str, object]) -> None:
+    url, key = jwks_server
+    with_jwt(auth_settings, key=None)
+    auth_settings.auth.jwt_jwks_url = url
+    auth_settings.auth.jwt_algorithms = ["RS256", "PS256"]
+    with TestClient(create_app(auth_settings)) as api:
+        rs = _jwt({"sub": "kim", "role": "admin"}, key=key, alg="RS256", headers={"kid": "k1"})
+        assert api.get("/ui/whoami", headers=bearer(rs)).json()["role"] == "admin"
+        ps = _jwt({"sub": "kim", "role": "admin"}, key=key, alg="PS256", headers={"kid": "k1"})
+        assert api.get("/nodes", headers=bearer(ps)).status_code == 401
+
+
+def _from(url: str, source: str) -> httpx.Client:
+    """A client connecting from ``source`` (any 127.x.y.z is a loopback address of this host)."""
+    return httpx.Client(base_url=url, timeout=10, transport=httpx.HTTPTransport(local_address=source))
+
+
+def test_forwarded_for_is_believed_only_from_a_named_proxy(quiet_settings: Settings) -> None:
+    """Issue 21's reproductions: with no proxy named, 40 bad tokens each naming another
+    ``X-Forwarded-For`` were 40 x 401 (no limit), and 12 naming 10.9.9.9 locked a valid admin
+    out of that address. Now the limiter counts the real peer; a named proxy's header counts."""
+    from tests.api_server import serving
+
+    quiet_settings.auth.login_failures_per_minute = 10
+    with serving(create_app(quiet_settings)) as url:
+        # 127.0.0.1: the peer uvicorn believed by default (this test's store is its own).
+        with _from(url, "127.0.0.1") as mallory:
+            codes = [mallory.get("/nodes", headers={**bearer(f"stw_bad{n}"), "X-Forwarded-For": f"10.7.0.{n}"})
+                     .status_code for n in range(40)]
+            assert codes == [401] * 10 + [429] * 30
+            # Past the limit, even a valid credential from there is told to wait ...
+            resp = mallory.get("/nodes", headers=bearer(ADMIN))
+            assert resp.status_code == 429 and "retry in" in resp.json()["detail"]
+        # ... and works from anywhere else, whatever header the bad ones named.
+        with _from(url, "127.0.21.2") as admin:
+            assert admin.get("/nodes", headers={**bearer(ADMIN), "X-Forwarded-For": "10.7.0.3"}).status_code == 200
+            assert admin.get("/nodes", headers=bearer(ADMIN)).status_code == 200
+    quiet_settings.api.trusted_proxies = ["127.0.22.1"]
+    with serving(create_app(quiet_settings)) as url:
+        with _from(url, "127.0.22.1") as proxy:
+            for _ in range(10):
+                assert proxy.get("/nodes", headers={**bearer("stw_bad"), "X-Forwarded-For": "10.9.9.9"}).status_code == 401
+            # The proxy's clients are told apart by the header: 10.9.9.9 is locked out, not the proxy.
+            assert proxy.get("/nodes", headers={**bearer(ADMIN), "X-Forwarded-For": "10.9.9.9"}).status_code == 429
+            assert proxy.get("/nodes", headers={**bearer(ADMIN), "X-Forwarded-For": "10.9.9.8"}).status_code == 200
+        with _from(url, "127.0.22.2") as stranger:
+            # Not a named proxy: its header is ignored, so it cannot lock out 10.9.9.8.
+            for _ in range(10):
+                stranger.get("/nodes", headers={**bearer("stw_bad"), "X-Forwarded-For": "10.9.9.8"})
+        with _from(url, "127.0.22.1") as proxy:
+            assert proxy.get("/nodes", headers={**bearer(ADMIN), "X-Forwarded-For": "10.9.9.8"}).status_code == 200
+
+
+def test_trusted_proxies_must_be_addresses(settings: Settings) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="not an address or network: 'proxy.example'"):
+        settings.api.trusted_proxies = ["proxy.example"]

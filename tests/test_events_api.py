@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -76,9 +77,16 @@ _SOURCES = iter(range(1, 1 << 16))
 
 
 def _source() -> str:
-    """A client address of its own for one test (as a proxy would forward it)."""
+    """A loopback address of its own for one test, to connect from (127.0.0.0/8 is all local)."""
     n = next(_SOURCES)
-    return f"10.{time.time_ns() % 200}.{n >> 8}.{n & 255}"
+    return f"127.{20 + time.time_ns() % 200}.{n >> 8}.{1 + n % 250}"
+
+
+def _post_from(source: str, sensor: SensorProcess, path: str, **kwargs: Any) -> httpx.Response:
+    """POST to the sensor from the address ``source``: a real peer address, not a header."""
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=sensor.url, timeout=10, transport=transport) as client:
+        return client.post(path, **kwargs)
 
 
 def _last(sensor: SensorProcess) -> int:
@@ -136,9 +144,8 @@ def test_refused_callbacks_are_recorded_as_security_events(
     elif case == "unknown_class":
         path = _path(sensor, "toaster", "down")
         headers = sign_request(key, "POST", path, body)
-    # Refusals are aggregated per source and minute: each case comes from its own address
-    # (uvicorn takes X-Forwarded-For from loopback, as from a proxy).
-    resp = http.post(path, content=body, headers={**headers, "X-Forwarded-For": _source()})
+    # Refusals are aggregated per source and minute: each case comes from its own address.
+    resp = _post_from(_source(), sensor, path, content=body, headers=headers)
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/problem+json")
     refused = _security_since(sensor, last)
@@ -159,7 +166,7 @@ def test_replayed_callback_is_refused(sensor: SensorProcess, http: httpx.Client)
     headers = sign_request(_key(sensor), "POST", path, body)
     assert http.post(path, content=body, headers=headers).status_code == 202
     last = _last(sensor)
-    again = http.post(path, content=body, headers={**headers, "X-Forwarded-For": _source()})
+    again = _post_from(_source(), sensor, path, content=body, headers=headers)
     assert again.status_code == 401
     assert again.json()["reason"] == "replayed"
     refused = _security_since(sensor, last)
@@ -270,15 +277,19 @@ def test_stream_delivers_new_events_live(sensor: SensorProcess, api: httpx.Clien
 def test_a_flood_of_refused_callbacks_is_one_event_per_source_and_minute(
     sensor: SensorProcess, http: httpx.Client
 ) -> None:
-    """200 unsigned POSTs from one address: one security event now (the rest are counted and
-    recorded as one more when the minute is over), one log line; another address, its own."""
+    """200 unsigned POSTs from one address, each naming another ``X-Forwarded-For`` (no proxy
+    is trusted): one security event now (the rest are counted and recorded as one more when
+    the minute is over), one log line; another address, its own."""
     last = _last(sensor)
     path = _path(sensor)
     flood, other = _source(), _source()
     log_before = sensor.log().count("refused trigger callback")
-    for _ in range(200):
-        assert http.post(path, content=b"n1", headers={"X-Forwarded-For": flood}).status_code == 401
-    assert http.post(path, content=b"n1", headers={"X-Forwarded-For": other}).status_code == 401
+    with httpx.Client(base_url=sensor.url, timeout=10,
+                      transport=httpx.HTTPTransport(local_address=flood)) as client:
+        for n in range(200):
+            forged = {"X-Forwarded-For": f"10.66.{n >> 8}.{n & 255}"}
+            assert client.post(path, content=b"n1", headers=forged).status_code == 401
+    assert _post_from(other, sensor, path, content=b"n1").status_code == 401
     refused = _security_since(sensor, last)
     assert sorted(e.payload["client"] for e in refused) == sorted([flood, other])
     assert all(e.payload["count"] == 1 for e in refused)
@@ -295,15 +306,15 @@ def test_an_oversized_callback_is_refused_before_it_is_read(sensor: SensorProces
     last = _last(sensor)
     source = _source()
     url = urlsplit(sensor.url)
-    with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {source}\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=5, source_address=(source, 0)) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n".encode())
         chunk = b"x" * 65536
         for _ in range(2):
             sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
         head = sock.recv(200)  # no terminating chunk is ever sent
     assert head.startswith(b"HTTP/1.1 413"), head
-    declared = http.post(path, content=b"x" * (200 << 10), headers={"X-Forwarded-For": source})
+    declared = _post_from(source, sensor, path, content=b"x" * (200 << 10))
     assert declared.status_code == 413  # refused on its Content-Length
     refused = _security_since(sensor, last)
     assert [e.payload["reason"] for e in refused] == ["too_large"]

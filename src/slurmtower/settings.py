@@ -8,6 +8,7 @@ Sources, lowest to highest precedence: defaults, one TOML or YAML file
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -92,6 +93,12 @@ class ApiSettings(_Section):
     port: int = Field(default=8642, ge=1, le=65535)
     #: The largest body ``POST /actions/{name}`` reads (bigger: 413, nothing run or recorded).
     max_action_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
+    trusted_proxies: list[str] = Field(default_factory=list, max_length=100)
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/24``) of the reverse proxies whose
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed. Default: none, so a client's
+    address is its connection's and no caller can name another (the failed-login limit and
+    the callback guard count per address). Name your proxy here (``127.0.0.1`` when it runs
+    on the same host)."""
     serve_index: bool = False
     refresh_interval: float = Field(default=2.0, gt=0)
     """At most one Slurm query per resource per this many seconds, whatever the client count
@@ -122,6 +129,22 @@ class ApiSettings(_Section):
     hold secrets. Operators and admins see them on every job."""
     readers_see_private_job_fields: bool = False
     """Readers see :attr:`private_job_fields` on every user's jobs too."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"not an address or network: {entry!r}") from None
+        return value
+
+    def server_options(self) -> dict[str, Any]:
+        """What the HTTP server (uvicorn) is told: the keep-alive, and which peers' forwarded
+        headers to believe (none unless ``trusted_proxies`` names them)."""
+        return {"timeout_keep_alive": self.keep_alive, "proxy_headers": bool(self.trusted_proxies),
+                "forwarded_allow_ips": ",".join(self.trusted_proxies) or ""}
 
     @field_validator("private_job_fields")
     @classmethod
@@ -308,12 +331,68 @@ class AuthSettings(_Section):
     tokens: list[TokenEntry] = Field(default_factory=list)
     anonymous_read: bool = False
     jwt_key: SecretStr | None = None
+    """An HMAC secret (HS256/384/512) or a PEM public key (RS/PS/ES) that signs the JWTs
+    accepted; with ``jwt_jwks_url`` instead, the keys published there."""
+    jwt_key_file: Path | None = None
+    """Instead of ``jwt_key``: a file holding it, read as bytes (Slurm's ``jwt_hs256.key``,
+    which is often binary)."""
     jwt_jwks_url: str | None = None
     jwt_algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256"])
+    """Algorithms accepted at all; each key is further pinned to its own kind (an HMAC secret
+    to HS*, a PEM key to the others, a JWKS key to the ``alg`` it publishes)."""
+    jwt_issuers: list[str] = Field(default_factory=list, max_length=20)
+    """The ``iss`` values accepted. Required with ``jwt_key`` or ``jwt_jwks_url`` (the service
+    refuses to start without it): a token from any other issuer is refused."""
     jwt_audience: str | None = None
+    """The ``aud`` a token must carry. Required with ``jwt_key`` or ``jwt_jwks_url``."""
+    jwt_leeway: float = Field(default=30.0, ge=0, le=300)
+    """Seconds of clock skew allowed on a JWT's ``exp``, ``nbf`` and ``iat``."""
     jwt_role_claim: str = "role"
+    slurm_token_role: Role | None = None
+    """Accept Slurm's own tokens (``scontrol token``: claims ``sun``, ``exp``, ``iat``, no issuer,
+    signed with ``jwt_key`` = Slurm's ``jwt_hs256.key``) as this role, named by their ``sun``.
+    Default: refused. Anyone who can run ``scontrol token`` gets this role, so keep it ``reader``
+    unless every Slurm user should have more."""
     trigger_program_allowlist: list[str] = Field(default_factory=list)
     login_failures_per_minute: int = 10
+
+    def jwt_signing_key(self) -> str | bytes | None:
+        """The key of ``jwt_key`` or ``jwt_key_file`` (None: neither is set)."""
+        if self.jwt_key_file is not None:
+            return self.jwt_key_file.read_bytes()
+        return self.jwt_key.get_secret_value() if self.jwt_key is not None else None
+
+    def check(self) -> None:
+        """Refuse a JWT configuration that would accept tokens from anyone holding the key.
+
+        Raises :class:`ConfigError` naming the missing key.
+        """
+        if self.jwt_key is not None and self.jwt_key_file is not None:
+            raise ConfigError("set auth.jwt_key or auth.jwt_key_file, not both", key="auth.jwt_key_file")
+        has_key = self.jwt_key is not None or self.jwt_key_file is not None
+        if not has_key and self.jwt_jwks_url is None:
+            if self.slurm_token_role is not None:
+                raise ConfigError("auth.slurm_token_role needs auth.jwt_key (Slurm's jwt_hs256.key)",
+                                  key="auth.jwt_key")
+            return
+        if self.slurm_token_role is not None and not has_key:
+            raise ConfigError("auth.slurm_token_role needs auth.jwt_key (Slurm's jwt_hs256.key)",
+                              key="auth.jwt_key")
+        if self.jwt_key_file is not None:
+            try:
+                self.jwt_key_file.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"auth.jwt_key_file {self.jwt_key_file}: {exc.strerror}",
+                                  key="auth.jwt_key_file") from exc
+        only_slurm = self.slurm_token_role is not None and self.jwt_jwks_url is None and not self.jwt_issuers
+        if only_slurm:
+            return  # Slurm's tokens only: they carry no issuer and no audience
+        for key, missing in (("auth.jwt_issuers", not self.jwt_issuers),
+                             ("auth.jwt_audience", not self.jwt_audience)):
+            if missing:
+                raise ConfigError(f"{key} is required when JWTs are accepted (auth.jwt_key or "
+                                  "auth.jwt_jwks_url): without it a token from any issuer is taken",
+                                  key=key)
 
 
 class Settings(_Section):
@@ -440,6 +519,7 @@ def load_settings(path: str | Path | None = None, environ: dict[str, str] | None
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"unknown config key {loc!r}", key=loc) from exc
         raise ConfigError(f"invalid config value for {loc!r}: {err['msg']}", key=loc) from exc
+    settings.auth.check()
     object.__setattr__(settings, "_sources", _sources(file_data, env_data))
     object.__setattr__(settings, "_path", str(cfg_path) if cfg_path else None)
     return settings

@@ -218,6 +218,7 @@ def create_app(
         if settings is None:
             raise ValueError("create_app needs settings or services")
         services = Services.from_settings(settings)
+    services.settings.auth.check()
     modules = _route_modules(route_modules)
     assemble(services, {part for name in route_modules for part in ROUTE_PARTS.get(name, ())})
 

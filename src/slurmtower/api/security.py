@@ -91,8 +91,10 @@ log = logging.getLogger("slurmtower.auth")
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-#: Seconds of clock skew allowed on a JWT's ``exp``.
+#: Seconds of clock skew allowed on a JWT's ``exp`` by default (``auth.jwt_leeway``).
 JWT_LEEWAY = 30
+#: The longest caller name taken from a credential (the audit's ``who`` holds 255).
+MAX_NAME = 255
 
 
 class LoginRateLimited(AuthenticationError):
@@ -356,21 +358,30 @@ class _JwtVerifier:
     def __init__(self, auth: AuthSettings) -> None:
         self._auth = auth
         self.jwks = _JwksKeys(auth.jwt_jwks_url) if auth.jwt_jwks_url else None
+        self.key = auth.jwt_signing_key()
 
     @property
     def enabled(self) -> bool:
-        return self._auth.jwt_key is not None or self.jwks is not None
+        return self.key is not None or self.jwks is not None
 
     async def verify(self, token: str) -> Principal:
         """The token's principal, checked on the event loop (only a JWKS fetch goes to a thread).
 
-        Raises :class:`AuthenticationError` for a bad, expired or unknown-key token.
+        A token with an ``iss`` must name one of ``auth.jwt_issuers`` and carry
+        ``auth.jwt_audience``; one without (Slurm's own, naming its user in ``sun``) is taken
+        only when ``auth.slurm_token_role`` is set, as that role.
+
+        Raises :class:`AuthenticationError` for a bad, expired, foreign or unknown-key token.
         """
         auth = self._auth
         key: Any
         algorithms = list(auth.jwt_algorithms)
         try:
-            if self.jwks is not None:
+            unverified = jwt.decode(token, options={"verify_signature": False})
+            slurm = "iss" not in unverified and "sun" in unverified
+            if slurm and auth.slurm_token_role is None:
+                raise AuthenticationError("Slurm's own tokens are not accepted here (auth.slurm_token_role)")
+            if self.jwks is not None and not slurm:
                 kid = jwt.get_unverified_header(token).get("kid")
                 if not isinstance(kid, str):
                     raise jwt.PyJWKClientError("the token names no key (kid)")
@@ -378,31 +389,48 @@ class _JwtVerifier:
                 if jwk is None:
                     jwk = await asyncio.to_thread(self.jwks.fetch, kid)
                 key = jwk.key
-                algorithms = [a for a in algorithms if not a.startswith("HS")]
+                # Pinned to the key's own algorithm, never an HMAC one.
+                algorithms = [a for a in algorithms if a == jwk.algorithm_name and not a.startswith("HS")]
             else:
-                assert auth.jwt_key is not None
-                key = auth.jwt_key.get_secret_value()
+                if self.key is None:
+                    raise AuthenticationError("Slurm's own tokens need auth.jwt_key")
+                key = self.key
                 # Never let a public key double as an HMAC secret (algorithm confusion).
-                is_pem = key.lstrip().startswith("-----BEGIN")
+                is_pem = (key.encode() if isinstance(key, str) else key).lstrip().startswith(b"-----BEGIN")
                 algorithms = [a for a in algorithms if a.startswith("HS") != is_pem]
-            claims: dict[str, Any] = jwt.decode(
-                token, key, algorithms=algorithms, audience=auth.jwt_audience,
-                options={"require": ["exp"], "verify_aud": auth.jwt_audience is not None}, leeway=JWT_LEEWAY,
-            )
+            if slurm:
+                claims: dict[str, Any] = jwt.decode(
+                    token, key, algorithms=[a for a in algorithms if a.startswith("HS")],
+                    options={"require": ["exp", "sun"], "verify_aud": False}, leeway=auth.jwt_leeway)
+            else:
+                claims = jwt.decode(
+                    token, key, algorithms=algorithms, audience=auth.jwt_audience, issuer=auth.jwt_issuers,
+                    options={"require": ["exp", "iss", "aud"]}, leeway=auth.jwt_leeway)
         except jwt.PyJWKClientError as exc:
             raise AuthenticationError(f"JWT signing key not found: {exc}") from exc
         except jwt.ExpiredSignatureError as exc:
             raise AuthenticationError("JWT expired") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise AuthenticationError("JWT from an issuer not accepted here (auth.jwt_issuers)") from exc
         except jwt.InvalidTokenError as exc:
             raise AuthenticationError(f"invalid JWT: {exc}") from exc
+        expires_at = float(claims["exp"]) + auth.jwt_leeway
+        if slurm:
+            assert auth.slurm_token_role is not None
+            if len(str(claims["sun"])) > MAX_NAME:
+                raise AuthenticationError(f"JWT names a caller longer than {MAX_NAME} characters")
+            return Principal(name=str(claims["sun"]), role=auth.slurm_token_role, via="slurm-jwt",
+                             expires_at=expires_at)
         raw_role = claims.get(auth.jwt_role_claim)
         roles = [raw_role] if isinstance(raw_role, str) else list(raw_role or [])
         known = [r for r in roles if isinstance(r, str) and r in ROLE_PERM]
         name = next((str(claims[c]) for c in ("preferred_username", "name", "sub") if claims.get(c)), None)
         if name is None:
             raise AuthenticationError("JWT names nobody (no sub claim)")
+        if len(name) > MAX_NAME:
+            raise AuthenticationError(f"JWT names a caller longer than {MAX_NAME} characters")
         role = max(known, key=lambda r: ROLE_PERM[r]) if known else "none"
-        return Principal(name=name, role=role, via="jwt", expires_at=float(claims["exp"]) + JWT_LEEWAY)
+        return Principal(name=name, role=role, via="jwt", expires_at=expires_at)
 
 
 def _looks_like_jwt(token: str) -> bool:

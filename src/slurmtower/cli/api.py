@@ -86,7 +86,7 @@ def serve(
             os.environ[MULTIPROCESS_VARIABLE] = str(metrics_dir)
             uvicorn.run("slurmtower.cli.api:app_factory", factory=True, host=settings.api.host,
                         port=settings.api.port, workers=settings.api.workers, log_level="info",
-                        access_log=access_log, timeout_keep_alive=settings.api.keep_alive)
+                        access_log=access_log, **settings.api.server_options())
         return
     uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info",
-                access_log=access_log, timeout_keep_alive=settings.api.keep_alive)
+                access_log=access_log, **settings.api.server_options())

@@ -222,4 +222,5 @@ def sensor_cmd(
         settings.events.callback_port = port
     bind = host or settings.events.callback_host
     listen = settings.events.callback_port or settings.api.port
-    uvicorn.run(_sensor_app(settings), host=bind, port=listen, log_level="warning")
+    uvicorn.run(_sensor_app(settings), host=bind, port=listen, log_level="warning",
+                **settings.api.server_options())
