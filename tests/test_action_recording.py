@@ -25,7 +25,7 @@ from slurmtower.errors import Conflict, NotFound
 from slurmtower.runtime import Services
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
-from slurmtower.store.schema import action_executions
+from slurmtower.store.schema import action_audit, action_executions
 
 from .conftest import node_states, sh
 from .test_actions_api import Http
@@ -264,15 +264,20 @@ def test_db_purge_removes_executions_past_the_retention(settings: Settings, clie
     with cat.store.engine.begin() as conn:
         conn.execute(update(action_executions).where(action_executions.c.execution_id == old.execution_id)
                      .values(started_at=datetime.now(UTC) - timedelta(days=91)))
+        # The old run's audit records: 401 days old, past actions.audit_retention_days (400).
+        conn.execute(update(action_audit).where(action_audit.c.execution_id == old.execution_id)
+                     .values(at=datetime.now(UTC) - timedelta(days=401)))
     env = {**os.environ, "SLURM_CONF": str(devcluster.slurm_conf), "SLURMTOWER_CONFIG": str(devcluster.tower_conf),
            "SLURMTOWER_STATE_DIR": str(tmp_path)}
     proc = subprocess.run([SCRIPT, "db", "purge", "--output", "json"], capture_output=True, text=True, env=env,
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["purged"] == 1
+    assert {k: v for k, v in json.loads(proc.stdout).items() if "purged" in k} == {"purged": 1, "audit_purged": 2}
     with pytest.raises(NotFound):
         cat.get_execution(old.execution_id)
     assert cat.get_execution(new.execution_id) == new
+    assert cat.store.list_audit(execution_id=old.execution_id) == []
+    assert [r.outcome for r in cat.store.list_audit(execution_id=new.execution_id)] == ["dry_run", "intent"]
     cat.store.close()
 
 

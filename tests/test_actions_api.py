@@ -169,3 +169,19 @@ def test_an_action_body_over_the_bound_is_a_413_and_runs_nothing(http: Http, how
     assert "DRAIN" not in node_states()["n1"]
     small = http.post("/actions/slurm.node.get", json={"nodes": "n1", "pad": "y" * 1000}, headers=auth("reader"))
     assert small.status_code == 400 and small.json()["param"] == "pad"  # read, parsed, refused by name
+
+
+def test_a_refused_call_is_audited_with_its_parameters_cut_to_a_bound(http: Http) -> None:
+    """Issue 21's reproduction: a refused call's parameters were stored whole (a 30 MB request,
+    a 30 MB audit record that ``GET /audit`` sent to readers). Now a value over 4 KiB, or past
+    16 KiB in all, is left out and named with its size in ``_cut``; the rest is kept."""
+    body = {"nodes": "n1", "reason": "kept", "junk": "y" * 900_000, "_cut": {"forged": 1}}
+    resp = http.post("/actions/slurm.node.drain", json=body, headers=auth("operator"))
+    assert resp.status_code == 400 and resp.json()["param"] in {"junk", "_cut"}
+    page = http.get("/audit", params={"limit": 2}, headers=auth("reader"))
+    assert len(page.content) < 32_000
+    record = page.json()["records"][0]
+    assert record["outcome"] == "rejected" and record["who"] == "operator-bot"
+    assert record["parameters"]["nodes"] == "n1" and record["parameters"]["reason"] == "kept"
+    assert record["parameters"]["_cut"] == {"junk": 900_002, "_cut": 13}
+    assert "DRAIN" not in node_states()["n1"]

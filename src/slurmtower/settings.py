@@ -193,7 +193,10 @@ class ArchiverSettings(_Section):
 
 class ActionSettings(_Section):
     retention_days: float = Field(default=90.0, gt=0)
-    """Executions (``GET /executions/{id}``) older than this are purged; the audit log is kept."""
+    """Executions (``GET /executions/{id}``) older than this are purged."""
+    audit_retention_days: float = Field(default=400.0, gt=0)
+    """Audit records older than this are purged (by the same task): a year and a month by
+    default, for a yearly review."""
     purge_interval: float = Field(default=3600.0, gt=0)
     """Seconds between two purges of old executions (by the leader of the ``archiver`` role)."""
     record_reads: bool = False

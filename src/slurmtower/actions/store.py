@@ -9,7 +9,8 @@ SQLAlchemy Core over any URL; the default is SQLite under ``state_dir``
   purged after ``actions.retention_days`` (:meth:`ActionStore.purge_executions`);
 * ``action_audit``: append-only; per mutating action an ``intent`` record before it acts and
   its outcome after (dry runs, refusals and failures included); a rejected one (bad input)
-  has only its outcome.
+  has only its outcome. Each record's parameters are bounded (:func:`bounded_parameters`);
+  records are purged after ``actions.audit_retention_days`` (:meth:`ActionStore.purge_audit`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,35 @@ def _aware(value: datetime) -> datetime:
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
+
+
+#: The most an audit record keeps of one parameter's value and of all of them (JSON bytes).
+MAX_AUDIT_VALUE = 4096
+MAX_AUDIT_PARAMETERS = 16384
+#: The key that lists the parameters an audit record cut, with their sizes.
+CUT_KEY = "_cut"
+
+
+def bounded_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` as the audit keeps them: a value over :data:`MAX_AUDIT_VALUE` bytes of
+    JSON, or past :data:`MAX_AUDIT_PARAMETERS` in all, is left out and named in ``_cut``
+    with its size (a refused call may carry anything; the log must not grow with it)."""
+    kept: dict[str, Any] = {}
+    cut: dict[str, int] = {}
+    total = 0
+    for key, value in parameters.items():
+        text = json.dumps(value, default=str)
+        name = str(key)[:200]
+        if name == CUT_KEY or len(text) > MAX_AUDIT_VALUE or total + len(text) > MAX_AUDIT_PARAMETERS:
+            cut[name] = len(text)
+            continue
+        kept[name] = json.loads(text)
+        total += len(text) + len(name)
+    if cut:
+        if len(cut) > 50:  # a call with thousands of keys: their number, not their names
+            cut = {"(parameters)": len(cut)}
+        kept[CUT_KEY] = cut
+    return kept
 
 
 class StoreError(SlurmtowerError):
@@ -189,6 +219,15 @@ class ActionStore:
             raise StoreError(f"cannot purge executions: {exc.__class__.__name__}") from exc
         return int(result.rowcount or 0)
 
+    def purge_audit(self, *, older_than: datetime) -> int:
+        """Delete the audit records written before ``older_than``; returns how many."""
+        try:
+            with self.engine.begin() as conn:
+                result = conn.execute(delete(audit).where(audit.c.at < older_than))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot purge the audit log: {exc.__class__.__name__}") from exc
+        return int(result.rowcount or 0)
+
     def get_execution(self, execution_id: str) -> Envelope | None:
         """The envelope of an execution; :class:`Conflict` for one that has no recorded
         outcome (running, or its outcome could not be recorded)."""
@@ -255,8 +294,8 @@ class ActionStore:
             "who": who,
             "via": via,
             "action": action,
-            "parameters": _jsonable(parameters),
-            "nodes": nodes,
+            "parameters": bounded_parameters(parameters),
+            "nodes": nodes[:MAX_AUDIT_PARAMETERS] if nodes else nodes,
             "before": _jsonable(before),
             "after": _jsonable(after),
             "outcome": outcome,

@@ -86,10 +86,13 @@ def db_purge(
     older_than_days: Annotated[float | None, typer.Option(
         "--older-than-days", min=0, help="Purge executions started before this many days ago "
                                          "(default: actions.retention_days).")] = None,
+    audit_older_than_days: Annotated[float | None, typer.Option(
+        "--audit-older-than-days", min=0, help="Purge audit records written before this many days ago "
+                                               "(default: actions.audit_retention_days).")] = None,
     config: ConfigOpt = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Delete the action executions older than the retention (the audit log is kept), as the
+    """Delete the action executions and the audit records older than their retentions, as the
     service's archiver leader does every actions.purge_interval."""
     from datetime import UTC, datetime, timedelta  # deferred: CLI startup
 
@@ -97,13 +100,18 @@ def db_purge(
 
     settings = load_settings(config)
     days = settings.actions.retention_days if older_than_days is None else older_than_days
-    cutoff = datetime.now(UTC) - timedelta(days=days)
+    audit_days = settings.actions.audit_retention_days if audit_older_than_days is None else audit_older_than_days
+    now = datetime.now(UTC)
+    cutoff, audit_cutoff = now - timedelta(days=days), now - timedelta(days=audit_days)
     store = ActionStore(settings.effective_store_url())
     try:
         purged = store.purge_executions(older_than=cutoff)
+        audit_purged = store.purge_audit(older_than=audit_cutoff)
     finally:
         store.close()
     if output == "json":
-        typer.echo(json.dumps({"purged": purged, "started_before": cutoff.isoformat()}, indent=2))
+        typer.echo(json.dumps({"purged": purged, "started_before": cutoff.isoformat(),
+                               "audit_purged": audit_purged, "audit_before": audit_cutoff.isoformat()}, indent=2))
         return
     typer.echo(f"purged {purged} executions started before {cutoff.isoformat(timespec='seconds')}")
+    typer.echo(f"purged {audit_purged} audit records written before {audit_cutoff.isoformat(timespec='seconds')}")

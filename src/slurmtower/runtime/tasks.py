@@ -93,6 +93,10 @@ def _action_tasks(services: Services) -> list[BackgroundTask]:
         purged = await asyncio.to_thread(store.purge_executions, older_than=cutoff)
         if purged:
             log.info("purged %d executions started before %s", purged, cutoff.isoformat())
+        audit_cutoff = datetime.now(UTC) - timedelta(days=settings.audit_retention_days)
+        purged = await asyncio.to_thread(store.purge_audit, older_than=audit_cutoff)
+        if purged:
+            log.info("purged %d audit records written before %s", purged, audit_cutoff.isoformat())
         return settings.purge_interval
 
     async def maintenance_round() -> float:
