@@ -13,6 +13,13 @@ if ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null \
     || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 fi
+# The sign-on tests' OpenID provider: panva's oidc-provider, pinned by tests/oidc/package-lock.json,
+# run by the machine's Node.js (Debian's nodejs and npm when missing).
+if ! command -v npm >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; }
+fi
+[ -d tests/oidc/node_modules/oidc-provider ] || (cd tests/oidc && npm ci --no-audit --no-fund -q)
 # promtool checks the /metrics scrape: take it out of Debian's prometheus package (19 MB .deb,
 # unpacked under .venv, nothing installed, no daemon started).
 if ! command -v promtool >/dev/null && [ ! -x .venv/promtool/usr/bin/promtool ]; then

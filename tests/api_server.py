@@ -29,10 +29,10 @@ KEEP_ALIVE = ApiSettings.model_fields["keep_alive"].default
 
 
 @contextmanager
-def serving(app: FastAPI, timeout: float = 20) -> Iterator[str]:
-    """Serve ``app`` (lifespan included) with uvicorn on a free loopback port in a thread, as
-    ``slurmtower serve`` does; yields the base URL."""
-    port = free_port()
+def serving(app: FastAPI, timeout: float = 20, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` (lifespan included) with uvicorn on ``port`` (default: a free one) of
+    loopback in a thread, as ``slurmtower serve`` does; yields the base URL."""
+    port = port or free_port()
     services = getattr(app.state, "services", None)
     options = services.settings.api.server_options() if services is not None else {
         "timeout_keep_alive": KEEP_ALIVE, "proxy_headers": False}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
 from pydantic import SecretStr
 
 from slurmtower.api.security import hash_token
+from slurmtower.principal import SESSION_COOKIE
 from slurmtower.settings import Settings, TokenEntry
 from tests.api_server import serving
 
@@ -35,6 +37,17 @@ def with_tokens(settings: Settings, *, sensor: bool = False) -> Settings:
     settings.api.serve_index = False
     settings.events.sensor_enabled = sensor
     return settings
+
+
+def log_in(client: Any, token: str) -> str:
+    """Log ``client`` (a TestClient or an httpx client of the app) in through the login form
+    with ``token``; returns the session id its cookie jar now holds."""
+    resp = client.post("/ui/login", data={"token": token}, follow_redirects=False)
+    assert resp.status_code == 303, resp.text
+    sid = resp.cookies.get(SESSION_COOKIE)
+    assert sid and sid != token
+    client.cookies.set(SESSION_COOKIE, sid)
+    return str(sid)
 
 
 def with_jwt(settings: Settings, key: str | None = JWT_SECRET) -> Settings:

@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from starlette.routing import Router
 
 from slurmtower.api import create_app
-from slurmtower.api.security import TOKEN_COOKIE, LoginLimiter, hash_token
+from slurmtower.api.security import LoginLimiter, hash_token
+from slurmtower.principal import SESSION_COOKIE
 from slurmtower.settings import Settings
 from tests.auth_helpers import (
     ADMIN,
@@ -35,6 +36,7 @@ from tests.auth_helpers import (
     OPERATOR,
     READER,
     bearer,
+    log_in,
     with_jwt,
     with_tokens,
 )
@@ -214,8 +216,8 @@ def test_jwt_verified_against_jwks_url(auth_settings: Settings, jwks_server: tup
         assert api.get("/nodes", headers=bearer(hs)).status_code == 401
 
 
-def test_cookie_login_needs_csrf_header_for_mutations(api: TestClient) -> None:
-    api.cookies.set(TOKEN_COOKIE, OPERATOR)
+def test_session_cookie_needs_csrf_header_for_mutations(api: TestClient) -> None:
+    log_in(api, OPERATOR)
     assert api.get("/ui/whoami").json()["name"] == "otto"
     resp = api.post("/actions/slurm.node.drain", json={"nodes": "n1", "reason": "csrf?", "dry_run": True})
     assert resp.status_code == 403
@@ -238,7 +240,7 @@ def test_token_create_prints_a_token_once_with_its_config_entry(tmp_path: Path) 
                          capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "slurmtower: error: --role 'root' is not one of reader, operator, admin, alerter"]
+        "slurmtower: error: --role 'root' is not one of user, reader, operator, admin, alerter"]
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[[auth.tokens]]\nname = "otto"\nrole = "reader"\nsha256 = "{"0" * 64}"\n')
     dup = subprocess.run([str(exe), "token", "create", "--role", "reader", "--name", "otto", "-c", str(cfg)],
@@ -324,8 +326,9 @@ def test_token_reads_are_answered_on_the_event_loop_by_the_fast_path(
             "reader token": bearer(READER),
             "admin token": bearer(ADMIN),
             "jwt": bearer(_jwt({"sub": "jo", "role": "reader"})),
-            "cookie": {"Cookie": f"{TOKEN_COOKIE}={READER}"},
+            "cookie": {"Cookie": f"{SESSION_COOKIE}={log_in(api, READER)}"},
         }[credential]
+        api.cookies.clear()
         for path in ("/nodes", "/queue"):  # each caller's view rendered once (readers: the private-free queue)
             assert api.get(path, headers=headers).status_code == 200
         hops = _Hops(monkeypatch)
@@ -403,11 +406,11 @@ def test_jwks_is_fetched_in_a_thread_then_its_keys_are_used_on_the_event_loop(
 
 
 def test_jwks_keys_expire_and_survive_an_unreachable_endpoint(jwks_server: tuple[str, object]) -> None:
-    from slurmtower.api.security import _JwksKeys
+    from slurmtower.identity import JwksKeys
 
     url, _key = jwks_server
     now = [1000.0]
-    keys = _JwksKeys(url, lifespan=300, cooldown=10, clock=lambda: now[0])
+    keys = JwksKeys(url, lifespan=300, cooldown=10, clock=lambda: now[0])
     assert keys.lookup("k1") is None  # nothing fetched yet
     first = keys.fetch("k1")
     assert keys.lookup("k1") is first

@@ -37,6 +37,10 @@ PER_ACTION = {("POST", "/actions/{name}")}
 #: notify program, the generic alert webhook) and so declare PUBLIC; they must still refuse
 #: unsigned callers.
 SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}"), ("POST", "/hooks/generic")}
+#: The dashboard's login and logout: public by nature (the login takes its credential in its
+#: body; the logout ends only the caller's own session and needs the CSRF header). Without a
+#: credential they start no session and change nothing (400, or 403 for the missing header).
+SESSION_ROUTES = {("POST", "/ui/login"), ("POST", "/ui/logout")}
 #: FastAPI's generated API documentation (schema only, no cluster data): public by design.
 FASTAPI_DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
@@ -154,7 +158,7 @@ def test_mutating_routes_declare_operate_or_are_listed_exceptions(app: FastAPI) 
             continue
         if (method, path) in PER_ACTION:
             assert perm >= Perm.READ
-        elif (method, path) in SELF_AUTHENTICATED:
+        elif (method, path) in SELF_AUTHENTICATED | SESSION_ROUTES:
             assert perm == Perm.PUBLIC
         else:
             assert perm >= Perm.OPERATE, f"{method} {path} mutates but declares {perm.name}"
@@ -170,6 +174,9 @@ def test_mutating_routes_refuse_anonymous_and_reader_callers(app: FastAPI, api: 
         url = _concrete(path)
         body: dict[str, Any] = {"nodes": "n1", "reason": "classification test"}
         anon = api.request(method, url, json=body)
+        if (method, path) in SESSION_ROUTES:
+            assert anon.status_code in (400, 403) and "slurmtower_session=" not in anon.headers.get("set-cookie", "")
+            continue
         assert anon.status_code == 401, f"{method} {path} anonymous -> {anon.status_code}"
         reader = api.request(method, url, json=body, headers=bearer(READER))
         assert reader.status_code in (401, 403), f"{method} {path} reader -> {reader.status_code}"
@@ -215,7 +222,9 @@ def test_anonymous_read_opens_read_routes_only(module_settings: Settings) -> Non
             headers = {"Last-Event-ID": "not-an-id"} if path.endswith("/stream") else {}
             resp = api.request(method, url, headers=headers,
                                json={"nodes": "n1", "reason": "x"} if method in MUTATING else None)
-            if method in MUTATING:
+            if (method, path) in SESSION_ROUTES:
+                assert resp.status_code in (400, 403), f"{method} {path} opened -> {resp.status_code}"
+            elif method in MUTATING:
                 assert resp.status_code in (401, 403), f"{method} {path} opened -> {resp.status_code}"
             elif perm <= Perm.READ:
                 assert resp.status_code not in (401, 403), f"{method} {path} opened -> {resp.status_code}"

@@ -63,8 +63,8 @@ from slurmtower.store.schema import TABLE_NAMES, metadata
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1/test"
 SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
-HEAD = "0004_node_holds"
-PREVIOUS = "0003_action_intent_idempotency"
+HEAD = "0005_sessions_tokens"
+PREVIOUS = "0004_node_holds"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
@@ -316,6 +316,7 @@ def test_head_revision_and_its_tables() -> None:
     expected = {
         "events", "node_states", "callback_nonces", "rule_runs", "event_cursors", "action_executions",
         "action_audit", "load_samples", "leases", "deployment", "login_failures", "node_holds",
+        "web_sessions", "login_states", "token_state",
     }
     assert set(TABLE_NAMES) == expected
 
@@ -330,7 +331,8 @@ def test_a_released_store_is_refused_then_upgraded_keeping_every_row(store: Stor
             open_store()
         assert "0001_released_schema" in refused.value.message
         assert refused.value.to_problem()["remedy"] == "slurmtower db upgrade"
-    assert tables(store) == TABLE_NAMES - {"deployment", "login_failures", "node_holds"}  # nothing created
+    assert tables(store) == TABLE_NAMES - {"deployment", "login_failures", "node_holds", "web_sessions",
+                                           "login_states", "token_state"}  # nothing created
 
     refused_cli = cli(store, "events", "--limit", "1")
     assert refused_cli.returncode == 78, refused_cli.stderr
@@ -374,18 +376,21 @@ def test_a_released_store_is_refused_then_upgraded_keeping_every_row(store: Stor
         archive.engine.dispose()
 
 
-def test_a_store_of_the_previous_revision_is_upgraded_to_hold_drain_holds(store: Store) -> None:
-    """A store at 0003 (the release before drain holds), with executions and audit records:
-    refused until ``slurmtower db upgrade``, which adds ``node_holds`` and keeps every row."""
+def test_a_store_of_the_previous_revision_is_upgraded_to_hold_sessions_and_tokens(store: Store) -> None:
+    """A store at 0004 (the release before sessions), with executions and audit records:
+    refused until ``slurmtower db upgrade``, which adds the sessions' and tokens' tables and
+    keeps every row."""
     from alembic import command
 
-    from slurmtower.actions.holds import Hold, HoldStore
+    from slurmtower.store.sessions import SessionStore
+    from slurmtower.store.tokens import TokenLedger
 
+    new_tables = {"web_sessions", "login_states", "token_state"}
     released(store)
     with migrate._locked(store.engine, store.schema) as conn:
         command.upgrade(migrate._config(conn, store.schema), PREVIOUS)
     assert migrate.current_state(store.engine, schema=store.schema).revision == PREVIOUS
-    assert "node_holds" not in tables(store)
+    assert not new_tables & tables(store) and "node_holds" in tables(store)
     with pytest.raises(StoreSchemaError, match=f"{PREVIOUS}.*slurmtower db upgrade"):
         migrate.check_store_url(store.cli_url)  # what every store does at start
     upgraded = cli(store, "db", "upgrade")
@@ -396,15 +401,12 @@ def test_a_store_of_the_previous_revision_is_upgraded_to_hold_drain_holds(store:
     actions = ActionStore(store.cli_url)
     try:
         assert [r.seq for r in actions.list_audit()] == [3, 2, 1]
-        holds = HoldStore(actions.engine)
-        hold = Hold("n2", "slurmtower:alice@cli", "disk swap", T0, "DRAIN", "x1", True)
-        holds.replace({"n2": [hold, Hold("n2", "user:root", "bad fan", T0, "DRAIN")]}, now=T0)
-        kept = holds.rows()
-        assert sorted(kept["n2"]) == ["slurmtower:alice@cli", "user:root"]
-        assert kept["n2"]["slurmtower:alice@cli"].since == T0 and kept["n2"]["slurmtower:alice@cli"].execution_id == "x1"
-        with holds.lock(timeout=5):  # the lock of this backend (an advisory lock, an flock)
-            holds.replace({"n2": []})
-        assert holds.rows() == {}
+        sessions = SessionStore(actions.engine, idle=60, lifetime=600)
+        sid = sessions.create(name="rita", role="reader", via="token")
+        assert sessions.get(sid).name == "rita"  # type: ignore[union-attr]
+        ledger = TokenLedger(actions.engine)
+        assert ledger.revoke("ab" * 32, "rita", 1.0) and not ledger.revoke("ab" * 32, "rita", 2.0)
+        assert ledger.revoked() == {"ab" * 32}
     finally:
         actions.close()
 

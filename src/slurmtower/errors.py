@@ -22,7 +22,8 @@ it maps to, so both translators stay one small function.
     │   ├── SlurmRequestError       Slurm refused the request             (400 / exit 2)
     │   └── SlurmUnavailable        slurmctld (or slurmrestd) unreachable (503 / exit 69)
     │       └── SlurmTimeout        the call did not finish in time       (504 / exit 69)
-    └── AccountingUnavailable       the slurmdbd database does not answer (503 / exit 69)
+    ├── AccountingUnavailable       the slurmdbd database does not answer (503 / exit 69)
+    └── IdentityProviderUnavailable the OpenID provider does not answer   (503 / exit 69)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "AuthenticationError",
     "ConfigError",
     "Conflict",
+    "IdentityProviderUnavailable",
     "InvalidInput",
     "NodeSetError",
     "NotFound",
@@ -196,3 +198,11 @@ class AccountingUnavailable(SlurmtowerError):
     http_status = 503
     exit_code = 69
     title = "accounting database unavailable"
+
+
+class IdentityProviderUnavailable(SlurmtowerError):
+    """The OpenID provider (discovery, keys, token endpoint) did not answer, or not as one."""
+
+    http_status = 503
+    exit_code = 69
+    title = "identity provider unavailable"

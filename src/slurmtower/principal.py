@@ -21,11 +21,14 @@ __all__ = [
     "ALERTER",
     "ANONYMOUS",
     "CSRF_HEADER",
+    "LOGIN_COOKIE",
     "OPERATOR",
     "READER",
     "ROLES",
     "ROLE_PERM",
-    "TOKEN_COOKIE",
+    "SESSION_COOKIE",
+    "TOKEN_RECHECK",
+    "USER",
     "Perm",
     "Principal",
     "Role",
@@ -44,9 +47,12 @@ class Perm(IntEnum):
     ADMIN = 3
 
 
-#: Every role a token or a JWT may carry.
-Role = Literal["reader", "operator", "admin", "alerter"]
+#: Every role a token, a JWT or a session may carry.
+Role = Literal["user", "reader", "operator", "admin", "alerter"]
 
+USER = "user"
+"""A person who is a Slurm user: what a reader sees, the private fields of their own jobs
+(as every reader), and, with job control, acting on their own jobs only."""
 READER = "reader"
 OPERATOR = "operator"
 ADMIN = "admin"
@@ -56,14 +62,18 @@ ALERTER = "alerter"
 ROLES: tuple[str, ...] = get_args(Role)
 
 #: The permission each role grants (``alerter`` and unknown roles: none beyond public).
-ROLE_PERM: dict[str, Perm] = {READER: Perm.READ, OPERATOR: Perm.OPERATE, ADMIN: Perm.ADMIN}
+ROLE_PERM: dict[str, Perm] = {USER: Perm.READ, READER: Perm.READ, OPERATOR: Perm.OPERATE, ADMIN: Perm.ADMIN}
 
 #: An action's declared permission (``read``, ``operate``, ``admin``) as a :class:`Perm`.
 ACTION_PERM: dict[Literal["read", "operate", "admin"], Perm] = {
     "read": Perm.READ, "operate": Perm.OPERATE, "admin": Perm.ADMIN}
 
-#: The dashboard keeps the caller's token in this cookie (SameSite=Strict).
-TOKEN_COOKIE = "slurmtower_token"  # noqa: S105 - a cookie name, not a secret
+#: The dashboard's session cookie: an opaque id (HttpOnly, SameSite=Lax), never a credential.
+SESSION_COOKIE = "slurmtower_session"
+#: Binds an OpenID Connect sign-on under way to the browser that began it (HttpOnly, 10 min).
+LOGIN_COOKIE = "slurmtower_login"
+#: Seconds until every process refuses a token revoked in the store (``slurmtower token revoke``).
+TOKEN_RECHECK = 5.0
 #: Header a cookie-authenticated mutating request must carry (value ``1``).
 CSRF_HEADER = "x-slurmtower-request"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ __all__ = [
     "EventSettings",
     "ForwardTarget",
     "HookSettings",
+    "OidcSettings",
     "Settings",
     "SlurmSettings",
     "TokenEntry",
@@ -320,14 +322,49 @@ class HookSettings(_Section):
 
 
 class TokenEntry(_Section):
-    name: str
+    name: str = Field(min_length=1, max_length=64)
     role: Role
-    sha256: str
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     """Hex SHA-256 of the token (``slurmtower token create`` prints the entry)."""
+    expires: datetime | None = None
+    """When the token stops being accepted (an aware time, e.g. ``2027-06-30T00:00:00Z``)."""
+
+    @field_validator("expires")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("give the time zone (e.g. 2027-06-30T00:00:00Z)")
+        return value
 
 
 #: Token roles; ``alerter`` may post alerts (``POST /hooks/alertmanager``) and nothing else.
 TOKEN_ROLES: tuple[str, ...] = ROLES
+
+
+class OidcSettings(_Section):
+    """Single sign-on for people (``[auth.oidc]``): OpenID Connect's authorization code flow
+    with PKCE against the provider's discovery document."""
+
+    issuer: str = Field(pattern=r"^https?://[^\s]+$", max_length=2000)
+    """The provider's issuer URL (its discovery document is ``<issuer>/.well-known/openid-configuration``;
+    the ID token's ``iss`` must be exactly this)."""
+    client_id: str = Field(min_length=1, max_length=255)
+    client_secret: SecretStr | None = None
+    """None: a public client (PKCE alone)."""
+    redirect_url: str = Field(pattern=r"^https?://[^\s]+/ui/login/oidc/callback$", max_length=2000)
+    """This service's callback as the provider knows it, e.g.
+    ``https://tower.example.org/ui/login/oidc/callback`` (never taken from a request's Host)."""
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"], max_length=20)
+    username_claim: str = "preferred_username"
+    """The claim naming the person: what "own jobs" compares with Slurm's user name."""
+    groups_claim: str = "groups"
+    """The claim listing the person's groups (a list or a string)."""
+    roles: dict[str, Role] = Field(default_factory=dict)
+    """Group -> role (``{hpc-admins = "admin", hpc-staff = "operator", hpc-users = "user"}``);
+    the highest mapped role wins, and a person with no mapped group is refused."""
+    label: str = Field(default="Log in with single sign-on", max_length=100)
+    timeout: float = Field(default=10.0, gt=0, le=60)
+    """Seconds for each request to the provider."""
 
 
 class AuthSettings(_Section):
@@ -358,6 +395,11 @@ class AuthSettings(_Section):
     unless every Slurm user should have more."""
     trigger_program_allowlist: list[str] = Field(default_factory=list)
     login_failures_per_minute: int = 10
+    oidc: OidcSettings | None = None
+    session_idle_minutes: float = Field(default=60.0, gt=0, le=7 * 24 * 60)
+    """A dashboard session unused this long ends."""
+    session_hours: float = Field(default=12.0, gt=0, le=30 * 24)
+    """A dashboard session ends this long after its login, used or not."""
 
     def jwt_signing_key(self) -> str | bytes | None:
         """The key of ``jwt_key`` or ``jwt_key_file`` (None: neither is set)."""
@@ -370,6 +412,9 @@ class AuthSettings(_Section):
 
         Raises :class:`ConfigError` naming the missing key.
         """
+        if self.oidc is not None and not self.oidc.roles:
+            raise ConfigError("auth.oidc.roles maps no group to a role: nobody could log in",
+                              key="auth.oidc.roles")
         if self.jwt_key is not None and self.jwt_key_file is not None:
             raise ConfigError("set auth.jwt_key or auth.jwt_key_file, not both", key="auth.jwt_key_file")
         has_key = self.jwt_key is not None or self.jwt_key_file is not None

@@ -47,6 +47,7 @@ ROUTE_MODULES = (
     "hooks",  # /hooks/alertmanager, /hooks/generic (after events: its store)
     "metrics",
     "dashboard",
+    "login",  # /ui/login, /ui/login/oidc, /ui/logout
     "ui_jobs",  # /ui/jobs, /ui/jobs/{id}, /ui/history
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
     "ui_pages",  # /ui/partitions, /ui/reservations
@@ -63,6 +64,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "hooks": ("event-store",),
     "metrics": ("live",),
     "dashboard": ("live",),
+    "login": ("event-store",),
     "ui_jobs": ("live", "accounting"),
     "ui_nodes": ("live",),
     "ui_pages": ("live",),
@@ -147,6 +149,47 @@ class _CapActionBody:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+#: What every answer says to the browser: scripts and styles only from this service (no
+#: inline script; inline style attributes, which the dashboard's bars use, are allowed), no
+#: framing, no MIME sniffing, no Referer to other sites.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+#: FastAPI's own /docs and /redoc load their scripts from jsDelivr and start them inline.
+DOCS_CSP = ("default-src 'self'; script-src 'self' https://cdn.jsdelivr.net 'unsafe-inline'; "
+            "style-src 'self' https://cdn.jsdelivr.net 'unsafe-inline'; "
+            "img-src 'self' data: https://fastapi.tiangolo.com; worker-src blob:; object-src 'none'; "
+            "base-uri 'none'; frame-ancestors 'none'")
+_SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"),
+                     (b"x-frame-options", b"DENY")]
+_HSTS = (b"strict-transport-security", b"max-age=31536000")
+
+
+class _SecurityHeaders:
+    """Every answer carries :data:`CSP` (``frame-ancestors 'none'``), ``nosniff``,
+    ``Referrer-Policy`` and, behind TLS (the connection's scheme or a trusted proxy's
+    ``X-Forwarded-Proto``), HSTS. Outermost, so the cached fast path's answers carry them too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._csp = [(b"content-security-policy", CSP.encode())]
+        self._docs_csp = [(b"content-security-policy", DOCS_CSP.encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = [*(self._docs_csp if scope["path"] in ("/docs", "/redoc") else self._csp), *_SECURITY_HEADERS]
+        if scope.get("scheme") == "https":
+            extra.append(_HSTS)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -250,4 +293,5 @@ def create_app(
         if setup is not None:
             setup(services, app)
         app.include_router(module.router)
+    app.add_middleware(_SecurityHeaders)  # last: outermost, around every other layer
     return app

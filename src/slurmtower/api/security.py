@@ -5,8 +5,7 @@ callers reach only ``public`` routes, and read routes when ``auth.anonymous_read
 
 Credentials, in the order they are tried:
 
-1. ``Authorization: Bearer <token>`` (or, for the dashboard, the ``slurmtower_token``
-   cookie): a token whose SHA-256 is listed in ``auth.tokens``;
+1. ``Authorization: Bearer <token>``: a token whose SHA-256 is listed in ``auth.tokens``;
 2. the same bearer value as a JWT, verified against ``auth.jwt_key`` (an HMAC secret or a
    PEM public key) or the keys published at ``auth.jwt_jwks_url``; the role comes from the
    ``auth.jwt_role_claim`` claim (a string or a list: the highest known role wins) and the
@@ -31,9 +30,14 @@ add up. The store is only touched for failures and for addresses this process ha
 within the minute, and never on the event loop; a request with a valid token from any other
 address is answered from memory.
 
-Cookie credentials are only honoured on mutating requests that also send the
-``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom header, so a
-browser tricked into posting to slurmtower carries no authority (CSRF).
+Without an ``Authorization`` header, the dashboard's session cookie (``slurmtower_session``):
+an opaque id of a session the server keeps in the store (:mod:`slurmtower.store.sessions`),
+made at login (a token checked as above, or single sign-on: :mod:`slurmtower.api.routes.login`).
+No credential is ever kept in a cookie. A session is looked up in the store (in a thread) and
+kept in this process for :data:`SESSION_RECHECK` seconds, so a logout in another process ends
+it here within that time. Session cookies are only honoured on mutating requests that also
+send the ``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom header, so
+a browser tricked into posting to slurmtower carries no authority (CSRF).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import jwt
@@ -55,11 +60,13 @@ from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.errors import AuthenticationError, PermissionDenied, SlurmtowerError
+from slurmtower.identity import JwksKeys
 from slurmtower.principal import (
     ANONYMOUS,
     CSRF_HEADER,
     ROLE_PERM,
-    TOKEN_COOKIE,
+    SESSION_COOKIE,
+    TOKEN_RECHECK,
     Perm,
     Principal,
     hash_token,
@@ -67,12 +74,14 @@ from slurmtower.principal import (
 )
 from slurmtower.settings import AuthSettings, TokenEntry
 from slurmtower.store.schema import login_failures
+from slurmtower.store.sessions import IdentityStoreError, SessionStore
+from slurmtower.store.tokens import TokenLedger
 
 __all__ = [
     "ANONYMOUS",
     "CSRF_HEADER",
     "ROLE_PERM",
-    "TOKEN_COOKIE",
+    "SESSION_COOKIE",
     "CurrentPrincipal",
     "LoginFailureStore",
     "LoginLimiter",
@@ -93,6 +102,8 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 #: Seconds of clock skew allowed on a JWT's ``exp`` by default (``auth.jwt_leeway``).
 JWT_LEEWAY = 30
+#: Seconds a session found in the store is believed here without asking it again.
+SESSION_RECHECK = 5.0
 #: The longest caller name taken from a credential (the audit's ``who`` holds 255).
 MAX_NAME = 255
 
@@ -288,76 +299,12 @@ class SharedLoginLimiter:
         self.local.learn(address, times)
 
 
-class _JwksKeys:
-    """The signing keys published at a JWKS URL, looked up without I/O.
-
-    :meth:`lookup` runs on the event loop and says when a fetch is due: the set is older than
-    ``lifespan`` or lacks the asked ``kid`` (a rotated key). :meth:`fetch` (blocking, run it in
-    a thread) asks the URL at most once per ``cooldown``, so a stream of tokens naming unknown
-    keys cannot hammer the identity provider; when the URL fails, the last good set is kept.
-    """
-
-    def __init__(self, url: str, *, lifespan: float = 300.0, cooldown: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=5)
-        self.lifespan = lifespan
-        self.cooldown = cooldown
-        self._clock = clock
-        self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched_at = float("-inf")
-        self._tried_at = float("-inf")
-        self._lock = threading.Lock()
-        #: Fetches of the URL made (for tests).
-        self.fetches = 0
-
-    def _due(self, kid: str, now: float) -> bool:
-        if now - self._tried_at < self.cooldown:
-            return False
-        return kid not in self._keys or now - self._fetched_at > self.lifespan
-
-    def lookup(self, kid: str) -> jwt.PyJWK | None:
-        """The key named ``kid``, or None when :meth:`fetch` must be called first.
-
-        Raises :class:`jwt.PyJWKClientError` for a ``kid`` the set lacks when no fetch is due.
-        """
-        if self._due(kid, self._clock()):
-            return None
-        key = self._keys.get(kid)
-        if key is None:
-            raise jwt.PyJWKClientError(f"no signing key matches kid {kid!r}")
-        return key
-
-    def fetch(self, kid: str) -> jwt.PyJWK:
-        """Fetch the set if still due (blocking) and return the key named ``kid``.
-
-        Raises :class:`jwt.PyJWKClientError` when no key matches.
-        """
-        with self._lock:
-            now = self._clock()
-            if self._due(kid, now):
-                self._tried_at = now
-                self.fetches += 1
-                try:
-                    keys = self._client.get_signing_keys(refresh=True)
-                except jwt.PyJWTError as exc:
-                    if not self._keys:
-                        raise jwt.PyJWKClientError(f"JWKS {self._client.uri} unavailable: {exc}") from exc
-                    log.warning("JWKS %s unavailable, keeping the last keys: %s", self._client.uri, exc)
-                else:
-                    self._keys = {k.key_id: k for k in keys if k.key_id}
-                    self._fetched_at = now
-            key = self._keys.get(kid)
-            if key is None:
-                raise jwt.PyJWKClientError(f"no signing key matches kid {kid!r}")
-            return key
-
-
 class _JwtVerifier:
     """Verifies JWTs against a fixed key or the keys of a JWKS URL."""
 
     def __init__(self, auth: AuthSettings) -> None:
         self._auth = auth
-        self.jwks = _JwksKeys(auth.jwt_jwks_url) if auth.jwt_jwks_url else None
+        self.jwks = JwksKeys(auth.jwt_jwks_url) if auth.jwt_jwks_url else None
         self.key = auth.jwt_signing_key()
 
     @property
@@ -437,21 +384,106 @@ def _looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2 and token.startswith("eyJ")
 
 
+class _Sessions:
+    """The dashboard's sessions as this process sees them: the store's, each believed for
+    :data:`SESSION_RECHECK` seconds after it was last read there."""
+
+    def __init__(self, store: SessionStore | None) -> None:
+        self.store = store
+        self._known: OrderedDict[str, tuple[float, Principal]] = OrderedDict()
+
+    async def principal(self, sid: str) -> Principal | None:
+        """Who the session ``sid`` is (None: no such live session)."""
+        now = time.monotonic()
+        known = self._known.get(sid)
+        if known is not None and now - known[0] < SESSION_RECHECK and (
+                known[1].expires_at is None or known[1].expires_at > time.time()):
+            return known[1]
+        if self.store is None or len(sid) > 100:
+            return None
+        row = await asyncio.to_thread(self.store.get, sid)
+        if row is None:
+            self._known.pop(sid, None)
+            return None
+        principal = Principal(name=row.name, role=row.role, via=row.via, expires_at=row.expires_at)
+        self._known[sid] = (now, principal)
+        self._known.move_to_end(sid)
+        while len(self._known) > 10_000:
+            self._known.popitem(last=False)
+        return principal
+
+    def forget(self, sid: str) -> None:
+        self._known.pop(sid, None)
+
+
+class _TokenState:
+    """The store's word on this deployment's static tokens, as this process knows it: which
+    are revoked (read again every :data:`TOKEN_RECHECK` seconds, in a thread, while requests
+    go on with the last set; the first use waits for the first read), and their uses (one
+    per token and minute, written at once by such a read)."""
+
+    def __init__(self, ledger: TokenLedger | None) -> None:
+        self.ledger = ledger
+        self.revoked: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+        self._uses: dict[str, tuple[str, float, str]] = {}
+        self._queued_at: dict[str, float] = {}
+        self._reading: asyncio.Task[None] | None = None
+
+    async def is_revoked(self, sha256: str, name: str, address: str) -> bool:
+        """Whether the token is revoked; its use is noted for the store."""
+        if self.ledger is None:
+            return False
+        now = time.time()
+        queued = now - self._queued_at.get(sha256, float("-inf")) > 60
+        if queued:
+            self._queued_at[sha256] = now
+            self._uses[sha256] = (name, now, address)
+        if self._read_at == float("-inf"):
+            await self._read()
+        elif ((queued or time.monotonic() - self._read_at > TOKEN_RECHECK)
+              and (self._reading is None or self._reading.done())):
+            self._reading = asyncio.get_running_loop().create_task(self._read())
+        return sha256 in self.revoked
+
+    async def _read(self) -> None:
+        uses, self._uses = self._uses, {}
+        ledger = self.ledger
+        assert ledger is not None
+
+        def sync() -> frozenset[str]:
+            if uses:
+                ledger.used(uses)
+            return ledger.revoked()
+
+        try:
+            self.revoked = await asyncio.to_thread(sync)
+        except IdentityStoreError as exc:
+            log.warning("tokens: the store does not answer (%s); the last revocations known here apply", exc.message)
+        self._read_at = time.monotonic()
+
+
 class _AuthState:
-    """One app's limiter, JWT verifier and table of static tokens."""
+    """One app's limiter, JWT verifier, sessions and table of static tokens."""
 
     def __init__(self, auth: AuthSettings, store: Engine | None = None) -> None:
         self.limiter = SharedLoginLimiter(auth.login_failures_per_minute,
                                           LoginFailureStore(store) if store is not None else None)
         self.verifier = _JwtVerifier(auth)
+        self.sessions = _Sessions(SessionStore(store, idle=auth.session_idle_minutes * 60,
+                                               lifetime=auth.session_hours * 3600)
+                                  if store is not None else None)
         self._auth = auth
         self._entries: list[TokenEntry] | None = None
-        self._table: list[tuple[bytes, Principal]] = []
+        self._table: list[tuple[bytes, Principal, float | None]] = []
+        self.token_state = _TokenState(TokenLedger(store) if store is not None else None)
 
-    def tokens(self) -> list[tuple[bytes, Principal]]:
-        """(hex SHA-256, principal) per ``auth.tokens`` entry, rebuilt when the list is replaced."""
+    def tokens(self) -> list[tuple[bytes, Principal, float | None]]:
+        """(hex SHA-256, principal, expiry as unix time) per ``auth.tokens`` entry, rebuilt
+        when the list is replaced."""
         if self._entries is not self._auth.tokens:
-            self._table = [(e.sha256.lower().encode(), Principal(name=e.name, role=e.role))
+            self._table = [(e.sha256.lower().encode(), Principal(name=e.name, role=e.role),
+                            e.expires.timestamp() if e.expires is not None else None)
                            for e in self._auth.tokens]
             self._entries = self._auth.tokens
         return self._table
@@ -469,35 +501,71 @@ def _state(request: Request) -> _AuthState:
     return found
 
 
-def _client_address(request: Request) -> str:
+def client_address(request: Request) -> str:
+    """The caller's address: the connection's peer, or what a proxy named in
+    ``api.trusted_proxies`` forwarded (the server applies that list)."""
     client = request.scope.get("client")
     return str(client[0]) if client else "unknown"
 
 
+def sessions(request: Request) -> _Sessions:
+    """This app's sessions (the login routes make and end them)."""
+    return _state(request).sessions
+
+
 def _credential(request: Request) -> tuple[str, str] | None:
-    """(token, where) from the Authorization header or the dashboard cookie."""
+    """(token, where) from the Authorization header, or (session id, "session") from the
+    dashboard's cookie."""
     header = request.headers.get("authorization", "")
     if header:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationError("use 'Authorization: Bearer <token>'")
         return token.strip(), "header"
-    cookie = request.cookies.get(TOKEN_COOKIE)
+    cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
-        return cookie, "cookie"
+        return cookie, "session"
     return None
+
+
+async def verify_token(request: Request, token: str) -> Principal:
+    """The principal a bearer token (static, JWT or the plugin hook's) names, counted by the
+    failed-login limiter of the caller's address like a request carrying it.
+
+    Raises :class:`AuthenticationError` (401) or :class:`LoginRateLimited` (429).
+    """
+    address = client_address(request)
+    limiter = _state(request).limiter
+    wait = await limiter.retry_after(address)
+    if wait > 0:
+        log.warning("refused login from %s: too many failures (retry in %.0f s)", address, wait)
+        raise LoginRateLimited(f"too many failed logins from {address}; retry in {wait:.0f} s",
+                               retry_after=round(wait + 0.5))
+    try:
+        return await _verify(request, token)
+    except AuthenticationError as exc:
+        await limiter.failed(address)
+        # The token itself is never logged, not even a prefix of it.
+        log.warning("failed login from %s: %s", address, exc.message)
+        raise
 
 
 async def _verify(request: Request, token: str) -> Principal:
     state = _state(request)
     digest = hash_token(token).encode()
-    match: Principal | None = None
+    match: tuple[Principal, float | None] | None = None
     # Compare against every entry so the time taken does not tell which one matched.
-    for expected, principal in state.tokens():
+    for expected, principal, expires in state.tokens():
         if hmac.compare_digest(expected, digest) and match is None:
-            match = principal
+            match = principal, expires
     if match is not None:
-        return match
+        principal, expires = match
+        if expires is not None and expires <= time.time():
+            raise AuthenticationError(f"the token of {principal.name} expired at "
+                                      f"{datetime.fromtimestamp(expires, UTC).isoformat(timespec='seconds')}")
+        if await state.token_state.is_revoked(digest.decode(), principal.name, client_address(request)):
+            raise AuthenticationError(f"the token of {principal.name} is revoked")
+        return principal
     verifier = state.verifier
     if verifier.enabled and _looks_like_jwt(token):
         return await verifier.verify(token)
@@ -534,31 +602,23 @@ async def authenticate(request: Request) -> Principal:
 
 
 async def _authenticate(request: Request) -> Principal:
-    address = _client_address(request)
     try:
         credential = _credential(request)
     except AuthenticationError as exc:
-        log.warning("failed login from %s: %s", address, exc.message)
+        log.warning("failed login from %s: %s", client_address(request), exc.message)
         raise
     if credential is None:
         return ANONYMOUS
-    token, where = credential
-    limiter = _state(request).limiter
-    wait = await limiter.retry_after(address)
-    if wait > 0:
-        log.warning("refused login from %s: too many failures (retry in %.0f s)", address, wait)
-        raise LoginRateLimited(f"too many failed logins from {address}; retry in {wait:.0f} s",
-                               retry_after=round(wait + 0.5))
-    try:
-        principal = await _verify(request, token)
-    except AuthenticationError as exc:
-        await limiter.failed(address)
-        # The token itself is never logged, not even a prefix of it.
-        log.warning("failed login from %s via %s: %s", address, where, exc.message)
-        raise
-    if (where == "cookie" and request.method not in _SAFE_METHODS
-            and request.headers.get(CSRF_HEADER) != "1"):
-        raise PermissionDenied(f"a request authenticated by cookie must send the {CSRF_HEADER}: 1 "
+    value, where = credential
+    if where == "header":
+        return await verify_token(request, value)
+    # A session id is 256 random bits: nobody guesses one, so an unknown one (ended, expired)
+    # is not a failed login to count.
+    principal = await _state(request).sessions.principal(value)
+    if principal is None:
+        raise AuthenticationError("the session has ended: log in again")
+    if request.method not in _SAFE_METHODS and request.headers.get(CSRF_HEADER) != "1":
+        raise PermissionDenied(f"a request authenticated by the session cookie must send the {CSRF_HEADER}: 1 "
                                "header", param=CSRF_HEADER)
     return principal
 
@@ -574,10 +634,11 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
     async def dependency(request: Request) -> Principal:
         # Async, so that FastAPI calls it on the event loop rather than in a thread.
         if perm == Perm.PUBLIC:
-            # Public routes never fail on credentials (a stale cookie must not break /health).
+            # Public routes never fail on credentials (a stale cookie must not break /health,
+            # a session cookie without the CSRF header must not block logging in again).
             try:
                 return await authenticate(request)
-            except AuthenticationError:
+            except (AuthenticationError, PermissionDenied):
                 return ANONYMOUS
         principal = await authenticate(request)
         settings = request.app.state.services.settings

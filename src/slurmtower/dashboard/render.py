@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.responses import HTMLResponse
 
 from slurmtower import __version__
-from slurmtower.principal import CSRF_HEADER, TOKEN_COOKIE, Principal
+from slurmtower.principal import CSRF_HEADER, Principal
 
 __all__ = ["NAV", "env", "page_context", "render"]
 
@@ -30,7 +30,7 @@ env = Environment(loader=PackageLoader("slurmtower.dashboard", "templates"),
 def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
     """Template ``name`` as a no-store HTML response; every page gets the version, the CSRF
     header and cookie names, and the navigation (``active``: the current page's path)."""
-    html = env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER, token_cookie=TOKEN_COOKIE,
+    html = env.get_template(name).render(version=__version__, csrf_header=CSRF_HEADER,
                                          nav=NAV, **context)
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 

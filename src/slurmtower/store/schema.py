@@ -14,7 +14,11 @@ The store (SQLite under ``state_dir`` by default, any SQLAlchemy URL) holds:
     failed logins by client address, the limiter every process of a deployment shares;
 ``node_holds``
     who holds each drained or downed node, why, since when, by which execution
-    (:mod:`slurmtower.actions.holds`).
+    (:mod:`slurmtower.actions.holds`);
+``web_sessions``, ``login_states``
+    the dashboard's sessions and the sign-ons under way (:mod:`slurmtower.store.sessions`);
+``token_state``
+    the static tokens' revocations and last uses (:mod:`slurmtower.store.tokens`).
 
 Tables have no schema of their own: a store in a PostgreSQL schema (the tests' scratch
 schemas) maps ``None`` to it with SQLAlchemy's ``schema_translate_map``
@@ -60,11 +64,14 @@ __all__ = [
     "leases",
     "load_samples",
     "login_failures",
+    "login_states",
     "metadata",
     "node_holds",
     "node_states",
     "rule_runs",
     "schema_options",
+    "token_state",
+    "web_sessions",
 ]
 
 #: Alembic's version table in slurmtower's store.
@@ -263,6 +270,48 @@ node_holds = Table(
     # When slurmtower last wrote the row: a read of Slurm older than that cannot drop it.
     Column("updated_at", UTCDateTime(), nullable=False),
     Index("ix_node_holds_since", "since"),
+)
+
+# -- the dashboard's sessions -------------------------------------------------------------
+
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    # SHA-256 of the opaque id the browser's HttpOnly cookie holds: the store never has the id.
+    Column("id_hash", String(64), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("via", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("seen_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    # The provider's ID token, for its logout (id_token_hint); at most 16 KiB.
+    Column("id_token", Text, nullable=True),
+    Index("ix_web_sessions_expires_at", "expires_at"),
+)
+
+login_states = Table(
+    "login_states",
+    metadata,
+    # SHA-256 of the OpenID Connect ``state`` sent to the provider; taken once.
+    Column("state_hash", String(64), primary_key=True),
+    # SHA-256 of the login cookie of the browser that started the sign-on.
+    Column("browser_hash", String(64), nullable=False),
+    Column("verifier", String(128), nullable=False),
+    Column("nonce", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_login_states_created_at", "created_at"),
+)
+
+token_state = Table(
+    "token_state",
+    metadata,
+    # The SHA-256 of an ``auth.tokens`` entry: what the config holds of the token.
+    Column("sha256", String(64), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("revoked_at", Float, nullable=True),
+    Column("last_used_at", Float, nullable=True),
+    Column("last_address", String(255), nullable=True),
 )
 
 TABLE_NAMES: frozenset[str] = frozenset(metadata.tables)

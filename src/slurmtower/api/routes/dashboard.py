@@ -2,8 +2,8 @@
 
 Pages are Jinja2 templates with autoescaping; the only JavaScript is the page's own small
 script and the vendored uPlot (``dashboard/static``, MIT, version in ``VENDORED``), served from
-this process: no CDN, no Node build. The browser authenticates with the same bearer tokens as
-the API: the login page keeps the token in a ``SameSite=Strict`` cookie, and the drain and
+this process: no CDN, no Node build. The browser holds a server-kept session
+(:mod:`slurmtower.api.routes.login`: a token or single sign-on at login), and the drain and
 resume buttons post to ``/actions/...`` with the CSRF header the security module requires.
 The drain and resume buttons are rendered only for callers who may operate.
 """
@@ -55,6 +55,7 @@ Reader = Annotated[Principal, require(Perm.READ)]
 _STATIC = {
     "dashboard.js": "text/javascript",
     "common.js": "text/javascript",
+    "node.js": "text/javascript",
     "dashboard.css": "text/css",
     "uPlot.iife.min.js": "text/javascript",
     "uPlot.min.css": "text/css",
@@ -197,12 +198,6 @@ async def whoami(principal: Reader) -> dict[str, Any]:
             "may_operate": principal.may_operate}
 
 
-@router.get("/login", response_class=HTMLResponse, dependencies=[require(Perm.PUBLIC)])
-async def login(request: Request) -> HTMLResponse:
-    """The login page: paste a token; it is kept in a SameSite=Strict cookie."""
-    return _render("login.html", secure=request.url.scheme == "https")
-
-
 @router.get("/static/{name}", dependencies=[require(Perm.PUBLIC)])
 async def static(name: str) -> Response:
     """The dashboard's own script and style and the vendored uPlot."""
@@ -216,7 +211,7 @@ async def static(name: str) -> Response:
 def _is_page(path: str) -> bool:
     """A dashboard page a browser navigates to (not its fragments, static files or login)."""
     return path == "/ui" or (path.startswith("/ui/") and not path.startswith(
-        ("/ui/static/", "/ui/fragments/", "/ui/login", "/ui/whoami")))
+        ("/ui/static/", "/ui/fragments/", "/ui/login", "/ui/logout", "/ui/whoami")))
 
 
 #: A page's section (its header's active link), its title and where to go from an error.

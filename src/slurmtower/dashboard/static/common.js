@@ -8,7 +8,6 @@
   "use strict";
   const main = document.querySelector("main");
   const CSRF = main.dataset.csrfHeader;
-  const COOKIE = main.dataset.tokenCookie;
   function refresh() { document.dispatchEvent(new CustomEvent("slurmtower:acted")); }
 
   /* --- drain / resume (rendered for operators only; the API checks again) --- */
@@ -99,8 +98,15 @@
     document.addEventListener("slurmtower:acted", () => { setTimeout(renew, 800); });
   }
 
-  document.getElementById("logout").addEventListener("click", () => {
-    document.cookie = COOKIE + "=; path=/; max-age=0; SameSite=Strict";
-    window.location.assign("/ui/login");
+  /* Log out: the server ends the session (every process) and says where to go next (the
+     identity provider's logout for a single sign-on session, else the login page). */
+  document.getElementById("logout").addEventListener("click", async () => {
+    let next = "/ui/login";
+    try {
+      const resp = await fetch("/ui/logout", {method: "POST", credentials: "same-origin",
+                                               headers: {[CSRF]: "1"}});
+      if (resp.ok) { next = (await resp.json()).next || next; }
+    } catch (e) { /* the server is away: its session ends on its own */ }
+    window.location.assign(next);
   });
 }());

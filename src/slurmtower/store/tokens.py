@@ -1,0 +1,102 @@
+"""What the store knows of the static tokens of ``auth.tokens``: which are revoked, and when
+and from where each was last used.
+
+The tokens themselves are in the config (by their SHA-256); the store adds what must change
+without a restart and be the same in every process: ``slurmtower token revoke`` marks a token
+revoked here, and every process refuses it within seconds (:class:`TokenLedger.state`, read
+again every few seconds by the API). Uses are written at most once a minute per token and
+process.
+
+Blocking (SQLAlchemy): call it off the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from slurmtower.store.engine import make_store_engine
+from slurmtower.store.revision import ensure_current
+from slurmtower.store.schema import token_state
+from slurmtower.store.sessions import IdentityStoreError
+
+__all__ = ["TokenLedger", "TokenRecord"]
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    sha256: str
+    name: str
+    revoked_at: float | None
+    last_used_at: float | None
+    last_address: str | None
+
+
+class TokenLedger:
+    """The ``token_state`` table: revocations and last uses of static tokens, by SHA-256."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @classmethod
+    def open(cls, url: str) -> TokenLedger:
+        """The ledger of the store at ``url`` (the CLI's; it must be at this slurmtower's revision)."""
+        engine = make_store_engine(url)
+        try:
+            ensure_current(engine)
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            raise IdentityStoreError(f"cannot open the store: {exc.__class__.__name__}") from exc
+        return cls(engine)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def records(self) -> dict[str, TokenRecord]:
+        """Every token the store knows, by SHA-256."""
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(select(token_state)).mappings().all()
+        except SQLAlchemyError as exc:
+            raise IdentityStoreError(f"cannot read the tokens' state: {exc.__class__.__name__}") from exc
+        return {r["sha256"]: TokenRecord(**dict(r)) for r in rows}
+
+    def revoked(self) -> frozenset[str]:
+        """The SHA-256s of the revoked tokens."""
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(select(token_state.c.sha256).where(token_state.c.revoked_at.is_not(None)))
+                return frozenset(sha for (sha,) in rows)
+        except SQLAlchemyError as exc:
+            raise IdentityStoreError(f"cannot read the revoked tokens: {exc.__class__.__name__}") from exc
+
+    def revoke(self, sha256: str, name: str, at: float) -> bool:
+        """Mark the token revoked (for good: a new token replaces it); False if it was already."""
+        return self._upsert(sha256, name, {"revoked_at": at}, only_if_null="revoked_at")
+
+    def used(self, uses: dict[str, tuple[str, float, str]]) -> None:
+        """Record uses: SHA-256 -> (name, when, from which address)."""
+        for sha256, (name, at, address) in uses.items():
+            self._upsert(sha256, name, {"last_used_at": at, "last_address": address[:255]})
+
+    def _upsert(self, sha256: str, name: str, values: dict[str, object], *, only_if_null: str | None = None) -> bool:
+        try:
+            with self._engine.begin() as conn:
+                stmt = update(token_state).where(token_state.c.sha256 == sha256)
+                if only_if_null is not None:
+                    stmt = stmt.where(token_state.c[only_if_null].is_(None))
+                if conn.execute(stmt.values(**values)).rowcount:
+                    return True
+                exists = conn.execute(select(token_state.c.sha256).where(token_state.c.sha256 == sha256)).first()
+                if exists is not None:
+                    return False
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(token_state).values(sha256=sha256, name=name[:255], **values))
+                except IntegrityError:  # another process wrote it meanwhile
+                    conn.execute(stmt.values(**values))
+                return True
+        except SQLAlchemyError as exc:
+            raise IdentityStoreError(f"cannot write the tokens' state: {exc.__class__.__name__}") from exc
