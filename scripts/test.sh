@@ -35,6 +35,9 @@ $BIN/mypy
 # suite waits on Slurm (about a quarter of the two cores busy in a serial run), so two halves
 # overlap. A worker takes whole modules (tests/conftest.py scope_of); SLURMTOWER_TEST_WORKERS=0 runs serially (the default
 # when tests are named on the command line). The 30 slowest tests at the end.
+# One hash seed for the controller and both workers: xdist refuses to run when they collect
+# different test ids (a set's order in an id follows the seed).
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 workers=${SLURMTOWER_TEST_WORKERS:-$([ $# -eq 0 ] && echo 2 || echo 0)}
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadscope)

@@ -16,7 +16,7 @@ from slurmtower.settings import load_settings
 from tests.auth_helpers import OPERATOR, READER, running_server, with_tokens
 from tests.conftest import node_states, scale_sh, sh, wait_for
 from tests.test_ui_nodes import sinfo_groups
-from tests.ui_browser import browser, page_as, server, shoot
+from tests.ui_browser import browser, page_as, server, shoot, wait_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
@@ -104,8 +104,7 @@ def test_open_pages_follow_a_drain_made_elsewhere(server: str, browser) -> None:
     # Keyboard focus stays on the cell it was on across a swap.
     mapped.locator(cell).focus()
     mapped.evaluate("document.getElementById('nodemap-live').dataset.seen = 'old'")
-    mapped.wait_for_function("!document.getElementById('nodemap-live').dataset.seen",
-                             timeout=(MAP_LIVE_SECONDS + 6) * 1000)
+    wait_js(mapped, "!document.getElementById('nodemap-live').dataset.seen", timeout=MAP_LIVE_SECONDS + 6)
     assert mapped.evaluate("document.activeElement.getAttribute('href')") == "/ui/nodes/n2"
 
 
@@ -165,7 +164,7 @@ def test_the_map_of_1000_nodes_loads_quickly_in_chromium(scale_cluster: DevClust
         times = []
         for _ in range(3):
             page.reload()
-            page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0")
+            wait_js(page, "performance.getEntriesByType('navigation')[0].loadEventEnd > 0")
             times.append(page.evaluate("""() => { const n = performance.getEntriesByType('navigation')[0];
                                                   return n.loadEventEnd - n.startTime; }"""))
         best = sorted(times)[1]

@@ -8,6 +8,7 @@ git): every page test writes ``<page>.png`` there, so a test run leaves a pictur
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,20 @@ def page_as(browser: Any, url: str, token: str, path: str = "/ui") -> Any:
     if path != "/ui":
         page.goto(f"{url}{path}")
     return page
+
+
+def wait_js(page: Any, expression: str, timeout: float = 30) -> Any:
+    """Wait until ``expression`` is truthy in ``page``, polled with ``page.evaluate`` (what
+    Playwright's ``wait_for_function`` compiles in the page is refused by the dashboard's
+    Content-Security-Policy, which allows no eval)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {expression}")
+        time.sleep(0.1)
 
 
 def shoot(page: Any, name: str) -> Path:

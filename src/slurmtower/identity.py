@@ -34,6 +34,7 @@ with warnings.catch_warnings():
     # Authlib 1.9 asks for its httpx fork (httpx2) and warns when it runs on httpx itself
     # (its deprecate module, imported first, adds an "always" filter that this one overrides).
     warnings.simplefilter("ignore", authlib.deprecate.AuthlibDeprecationWarning)
+    from authlib.common.errors import AuthlibBaseError  # type: ignore[import-untyped]
     from authlib.integrations.httpx_client import AsyncOAuth2Client  # type: ignore[import-untyped]
 
 from slurmtower.errors import AuthenticationError, IdentityProviderUnavailable, PermissionDenied
@@ -200,7 +201,7 @@ class OidcClient:
         except httpx.HTTPError as exc:
             log.warning("OpenID token endpoint %s failed: %s", doc["token_endpoint"], exc)
             raise IdentityProviderUnavailable("the identity provider's token endpoint does not answer") from exc
-        except Exception as exc:  # noqa: BLE001 - Authlib's OAuth errors: the provider refused the code
+        except AuthlibBaseError as exc:  # the provider refused the code (an OAuth error answer)
             log.warning("OpenID token endpoint refused the code: %s", exc)
             raise AuthenticationError("the identity provider refused the sign-on (a code used twice, or too "
                                       "late): try again") from exc
