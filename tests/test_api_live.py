@@ -380,3 +380,55 @@ def test_openapi_documents_the_live_filters(settings: Settings) -> None:
         params = {p["name"] for p in doc["paths"][path]["get"]["parameters"] if p["in"] == "query"}
         assert params == names, path
         assert "400" in doc["paths"][path]["get"]["responses"]
+
+
+def test_a_restarted_service_answers_at_once_from_the_snapshots_it_kept(devcluster: DevCluster,
+                                                                       settings: Settings) -> None:
+    """The snapshots the service read are kept under ``<state_dir>/snapshots`` (0600); a
+    restart with slurmctld frozen answers every live route at once from them, marked stale
+    with their real age, says so in /ready, and goes fresh after its first read of Slurm.
+    (Without them the same restart answers 503 after ``slurm_wait``: the frozen test above.)"""
+    from slurmtower.live.keep import RESOURCES
+
+    settings.api.refresh_interval = 0.5
+    settings.api.keep_snapshots_interval = 0.2
+    kept = settings.state_dir / "snapshots"
+    with api_for(settings) as first:
+        before = first.get("/queue").json()
+        for path in ("/nodes", "/partitions", "/stats"):
+            assert first.get(path).status_code == 200
+        wait_for(lambda: all((kept / f"{r}.snap").exists() for r in RESOURCES), 10, what="the kept snapshots")
+    assert {oct((kept / f"{r}.snap").stat().st_mode & 0o777) for r in RESOURCES} == {"0o600"}
+    stopped_at = time.monotonic()
+    pid = _ctld_pid(devcluster)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with api_for(settings) as second:
+            answers = {path: second.get(path) for path in ("/queue", "/nodes", "/partitions", "/stats")}
+            first_answer = time.monotonic() - t0
+            assert first_answer < 5.0, first_answer
+            for path, resp in answers.items():
+                assert resp.status_code == 200, (path, resp.text[:200])
+                body = resp.json()
+                assert body["stale"] is True and body["stale_reason"].startswith("kept from before"), path
+                assert resp.headers["x-data-stale"] == "true"
+                assert float(resp.headers["x-data-age"]) >= time.monotonic() - stopped_at - 1, path
+            assert [j["job_id"] for j in answers["/queue"].json()["jobs"]] == [j["job_id"] for j in before["jobs"]]
+            assert set(second.get("/ready").json()["restored"]) >= {"jobs", "nodes"}
+            os.kill(pid, signal.SIGCONT)
+            wait_for(lambda: not any(second.get(p).json()["stale"] for p in answers), 60, 0.5, what="fresh data")
+            assert second.get("/ready").json()["restored"] == []
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_kept_snapshot_that_does_not_decode_is_not_served(tmp_path: Path) -> None:
+    from slurmtower.live.keep import MAGIC, SnapshotKeeper
+
+    cache = SnapshotCache(refresh_interval=1, slurm_wait=1)
+    cache.register("jobs", lambda: None)
+    keeper = SnapshotKeeper(tmp_path, cache, interval=1)
+    for junk in (b"not a snapshot", MAGIC + b"\x00" * 8 + b"STSNAP1\n", MAGIC + b"\x00\x00\x00\x00\x00\x00\xf0\x7f"):
+        (tmp_path / "jobs.snap").write_bytes(junk)
+        assert keeper.restore() == [] and cache.peek("jobs") is None

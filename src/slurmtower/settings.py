@@ -167,6 +167,11 @@ class ApiSettings(_Section):
     leader_interval: float = Field(default=2.0, gt=0, le=60)
     """How often a follower tries to become the deployment's leader (and the leader checks
     it still is): a dead leader is replaced within about this long plus the sensor's start."""
+    keep_snapshots_interval: float = Field(default=30.0, ge=0, le=3600)
+    """Every this many seconds, the snapshots this process read from Slurm are written to
+    ``<state_dir>/snapshots`` (when they changed); a restarted service serves them at once,
+    marked stale with their age, until its first read of Slurm (:mod:`slurmtower.live.keep`).
+    0: nothing kept, nothing served before the first read."""
     refresh_in_subprocess: bool = True
     """Read and render the job queue in a worker process (off the serving process's GIL),
     so a refresh of thousands of jobs does not stall the requests served meanwhile."""

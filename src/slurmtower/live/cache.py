@@ -55,6 +55,7 @@ from slurmtower.settings import Settings
 from slurmtower.slurm.client import SlurmReads
 
 __all__ = [
+    "RESTORED",
     "Rendered",
     "Snapshot",
     "SnapshotCache",
@@ -69,6 +70,8 @@ T = TypeVar("T")
 KEEP_PLAIN_BYTES = 1 << 20
 #: A refresh worker that read a queue this long in full is replaced (RefreshWorker.recycle).
 RECYCLE_AFTER_ROWS = 5_000
+#: Why a restored snapshot is served stale (the body's ``stale_reason``).
+RESTORED = "kept from before the service started; the first read of Slurm is under way"
 #: Filtered and paged views kept for the clients asking the same (bytes, all together).
 QUERY_VIEW_BYTES = 16 << 20
 
@@ -139,6 +142,9 @@ class _Entry:
     publish_next: Snapshot[Any] | None = None
     """The refresher's round waiting to be published."""
     publishing: asyncio.Task[None] | None = None
+    restored: bool = False
+    """The snapshot is one kept from an earlier run (:meth:`SnapshotCache.restore`), served
+    marked stale at once until the first round of this run replaces it."""
 
 
 @dataclass
@@ -245,6 +251,30 @@ class SnapshotCache:
         """The last good snapshot, without asking Slurm."""
         return self._entries[resource].snapshot
 
+    def restore(self, resource: str, value: Any, fetched_at: datetime) -> Snapshot[Any] | None:
+        """Serve ``value``, a snapshot of ``resource`` kept from an earlier run
+        (:mod:`slurmtower.live.keep`), until this run's first round replaces it: marked stale
+        with :data:`RESTORED` as the reason, its age counted from ``fetched_at``, answered at
+        once (no request waits for the first round). Nothing when a snapshot is here already."""
+        entry = self._entries.get(resource)
+        if entry is None or entry.snapshot is not None:
+            return None
+        age = max(0.0, (datetime.now(UTC) - fetched_at).total_seconds())
+        entry.generation += 1
+        snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at, fetched_mono=self.clock() - age,
+                        generation=entry.generation, stale=True, error=RESTORED)
+        entry.snapshot, entry.own, entry.restored = snap, False, True
+        return snap
+
+    def is_own(self, resource: str) -> bool:
+        """The snapshot of ``resource`` is this process's own read of Slurm (not the shared
+        one, not a restored one)."""
+        return self._entries[resource].own
+
+    def restored(self) -> list[str]:
+        """The resources still served from a snapshot of an earlier run."""
+        return [r for r, e in self._entries.items() if e.restored]
+
     async def get(self, resource: str) -> Snapshot[Any]:
         """A snapshot no older than ``refresh_interval`` (or a stale one, see the class doc).
 
@@ -255,6 +285,9 @@ class SnapshotCache:
         now = self.clock()
         entry.asked_mono = now
         snap = entry.snapshot
+        if entry.restored and snap is not None:
+            self.kick(resource)  # this run's first round, unless it runs
+            return snap
         interval = self.interval
         if snap is not None and now - snap.fetched_mono < interval:
             return snap
@@ -406,6 +439,7 @@ class SnapshotCache:
                         fetched_mono=fetched_mono if fetched_mono is not None else self.clock(),
                         generation=entry.generation)
         entry.snapshot, entry.own, entry.shared_seq, entry.shared_version = snap, True, None, None
+        entry.restored = False
         self._render_ahead(resource)
         if shared is not None and shared.refreshing:
             self._publish_soon(resource, entry, snap)
@@ -453,7 +487,7 @@ class SnapshotCache:
         # The delta table and the worker's memo belong to this process's own reads: the next
         # own round (a takeover, a Redis outage) reads in full.
         entry.snapshot, entry.own, entry.table, entry.last_error = snap, False, None, None
-        entry.shared_seq, entry.shared_version = pulled.seq, pulled.version
+        entry.shared_seq, entry.shared_version, entry.restored = pulled.seq, pulled.version, False
         if pulled.interval > 0:
             self.followed_interval = pulled.interval
         self.shared_reads[resource] += 1

@@ -17,6 +17,7 @@ from slurmtower.accounting import AccountingDB
 from slurmtower.events.feed import EventFeed
 from slurmtower.events.store import EventStore
 from slurmtower.live.archive import LoadArchive
+from slurmtower.live.keep import SnapshotKeeper
 from slurmtower.live.worker import RefreshWorker
 from slurmtower.runtime.sensor import LazyDispatcher, build_sensor
 from slurmtower.runtime.services import Services
@@ -46,7 +47,10 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
     settings = services.settings
     services.parts = frozenset(services.parts | set(parts))
     if "live" in parts or "archive" in parts:
-        services.live_cache()
+        cache = services.live_cache()
+        if "live" in parts and services.keeper is None and settings.api.keep_snapshots_interval > 0:
+            services.keeper = SnapshotKeeper(settings.state_dir / "snapshots", cache,
+                                             interval=settings.api.keep_snapshots_interval)
     if "accounting" in parts and services.accounting is None and settings.accounting.url is not None \
             and (settings.accounting.cluster or settings.cluster_name):
         # Building the engine does not connect; a missing cluster name is resolved on first use.
@@ -86,6 +90,11 @@ async def start(services: Services) -> None:
             cache.worker = worker
         if cache.shared is not None:
             await cache.shared_round()  # know this process's part before the first request
+        if services.keeper is not None:
+            # The snapshots kept by the last run: served (marked stale) while the first round
+            # of each, started now, reads Slurm.
+            for resource in await asyncio.to_thread(services.keeper.restore):
+                cache.kick(resource)
     await services.start_background()
 
 

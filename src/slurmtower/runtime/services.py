@@ -24,6 +24,7 @@ from slurmtower.accounting import AccountingDB
 from slurmtower.accounting.pool import AccountingPool
 from slurmtower.errors import AccountingUnavailable, ConfigError
 from slurmtower.live.cache import SnapshotCache, build_cache
+from slurmtower.live.keep import SnapshotKeeper
 from slurmtower.live.state import LiveState
 from slurmtower.settings import Settings
 from slurmtower.slurm import SlurmClient, make_client
@@ -120,6 +121,8 @@ class Services:
     background: list[BackgroundTask] = field(default_factory=list)
     snapshots: SnapshotCache | None = None
     """The live snapshot cache (:meth:`live_cache`)."""
+    keeper: SnapshotKeeper | None = None
+    """Keeps the snapshots on disk for the next start (``api.keep_snapshots_interval``)."""
     metrics: Metrics | None = None
     accounting: AccountingDB | None = None
     accounting_pool: AccountingPool | None = None

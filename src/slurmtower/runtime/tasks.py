@@ -48,6 +48,9 @@ def periodic_tasks(services: Services, parts: Collection[str]) -> list[Backgroun
         # Every process takes part in the election (a follower must be ready to take over).
         tasks.append(BackgroundTask(name="shared-snapshot", run=cache.shared_round, on_stop=cache.shared.close,
                                     needs_leader=False))
+    if "live" in parts and services.keeper is not None:
+        tasks.append(BackgroundTask(name="snapshot-keeper", run=services.keeper.round, needs_leader=False,
+                                    max_backoff=settings.api.keep_snapshots_interval))
     if "archive" in parts and services.load_archive is not None and settings.archiver.archive_usage_load:
         tasks.append(_archiver(services, services.load_archive))
     if "events" in parts and services.event_store is not None and services.sensor is not None:

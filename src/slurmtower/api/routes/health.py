@@ -33,14 +33,18 @@ async def health() -> dict[str, str]:
 async def ready(services: ServicesDep) -> JSONResponse:
     """Readiness: slurmctld answers (and the accounting DB, when configured), checked at most
     every 5 s; which snapshot this process serves (``snapshot``: shared as the refresher or a
-    follower, or its own); which roles it leads (``leads``)."""
+    follower, or its own); the resources still served from the snapshots kept by the last run
+    (``restored``: marked stale until this run's first read of Slurm); which roles it leads
+    (``leads``)."""
     checks = await services.ready_checks()
     ok = all(checks.values())
     # Which snapshot this process serves: the mode only (never Redis's error text).
     shared = services.snapshots.shared if services.snapshots is not None else None
     snapshot = shared.mode if shared is not None else ALONE
-    return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "leads": services.leading_roles()},
-                        status_code=200 if ok else 503)
+    # The resources still served from the snapshots kept by the last run (marked stale).
+    restored = services.snapshots.restored() if services.snapshots is not None else []
+    return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "restored": restored,
+                         "leads": services.leading_roles()}, status_code=200 if ok else 503)
 
 
 @router.get("/", dependencies=[require(Perm.PUBLIC)], response_class=HTMLResponse, include_in_schema=False)
