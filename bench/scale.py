@@ -14,7 +14,8 @@ and at each size starts ``slurmtower serve`` as users run it (the lab's slurmtow
 authentication on, requests with the demo reader token, sensor and archiver on, access log
 on unless ``--no-access-log``) and measures, beside the lab's slurmrestd (JWT):
 
-* start-up: until ``/ready`` answers 200 and until the first ``/queue`` 200;
+* start-up: until ``/ready`` answers 200 and until the first ``/queue`` 200, on an empty
+  state and again after a restart (the snapshots the first run kept are served at once);
 * with one client polling ``/queue?limit=100`` every 2 s for ``--window`` s: the CPU of the
   service's process tree (serve, its refresh worker, their children; /proc) per wall second
   as % of one core, its RSS (summed), ``X-Data-Age`` against ``api.refresh_interval``, and
@@ -659,6 +660,17 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         resume(drain_set, env)
         col[f"drain of {len(drain_set):,} nodes: events within 5 s"] = (
             f"{count:,} (last at {last:.2f} s; {total:,} by 15 s)")
+        # A restart on the same state: the snapshots the run above kept (api.keep_snapshots_interval)
+        # are served at once, marked stale, until the first read of Slurm (live/keep.py).
+        serve.stop()
+        kept = sorted(p.name for p in (state_dir / "snapshots").glob("*.snap"))
+        again = Serve(cluster, state_dir, access_log=args.access_log)
+        try:
+            ready, first = again.wait_ready(reader)
+            col["restart with kept snapshots: /ready, first /queue 200 (s)"] = (
+                f"{ready:.2f}, {first:.2f} (kept: {', '.join(kept) or 'none'})")
+        finally:
+            again.stop()
     if args.stripped:
         with serving(cluster, state_dir, access_log=False, stripped=True) as serve:
             ready, first = serve.wait_ready({})
