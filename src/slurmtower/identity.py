@@ -94,6 +94,15 @@ class JwksKeys:
             raise jwt.PyJWKClientError(f"no signing key matches kid {kid!r}")
         return key
 
+    async def key_for(self, token: str) -> jwt.PyJWK:
+        """The key of the set that the token's header names (``kid``), fetched in a thread
+        when due. Raises :class:`jwt.PyJWKClientError` for a token naming none or an unknown one."""
+        kid = jwt.get_unverified_header(token).get("kid")
+        if not isinstance(kid, str):
+            raise jwt.PyJWKClientError("the token names no key (kid)")
+        found = self.lookup(kid)
+        return found if found is not None else await asyncio.to_thread(self.fetch, kid)
+
     def fetch(self, kid: str) -> jwt.PyJWK:
         """Fetch the set if still due (blocking) and return the key named ``kid``.
 
@@ -216,12 +225,7 @@ class OidcClient:
         await self.discovery()
         assert self._jwks is not None
         try:
-            kid = jwt.get_unverified_header(id_token).get("kid")
-            if not isinstance(kid, str):
-                raise jwt.PyJWKClientError("the ID token names no key (kid)")
-            jwk = self._jwks.lookup(kid)
-            if jwk is None:
-                jwk = await asyncio.to_thread(self._jwks.fetch, kid)
+            jwk = await self._jwks.key_for(id_token)
             claims: dict[str, Any] = jwt.decode(
                 id_token, jwk.key, algorithms=[jwk.algorithm_name], audience=self.settings.client_id,
                 issuer=self.settings.issuer, leeway=ID_TOKEN_LEEWAY,

@@ -210,22 +210,19 @@ class ActionStore:
         return KeyedExecution(execution_id=row.execution_id, params_digest=row.params_digest, envelope=envelope)
 
     def purge_executions(self, *, older_than: datetime) -> int:
-        """Delete the executions started before ``older_than`` (the audit log is kept);
-        returns how many."""
-        try:
-            with self.engine.begin() as conn:
-                result = conn.execute(delete(executions).where(executions.c.started_at < older_than))
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot purge executions: {exc.__class__.__name__}") from exc
-        return int(result.rowcount or 0)
+        """Delete the executions started before ``older_than``; returns how many."""
+        return self._purge(executions, executions.c.started_at, older_than, "executions")
 
     def purge_audit(self, *, older_than: datetime) -> int:
         """Delete the audit records written before ``older_than``; returns how many."""
+        return self._purge(audit, audit.c.at, older_than, "the audit log")
+
+    def _purge(self, table: Any, column: Any, older_than: datetime, what: str) -> int:
         try:
             with self.engine.begin() as conn:
-                result = conn.execute(delete(audit).where(audit.c.at < older_than))
+                result = conn.execute(delete(table).where(column < older_than))
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot purge the audit log: {exc.__class__.__name__}") from exc
+            raise StoreError(f"cannot purge {what}: {exc.__class__.__name__}") from exc
         return int(result.rowcount or 0)
 
     def get_execution(self, execution_id: str) -> Envelope | None:

@@ -329,12 +329,7 @@ class _JwtVerifier:
             if slurm and auth.slurm_token_role is None:
                 raise AuthenticationError("Slurm's own tokens are not accepted here (auth.slurm_token_role)")
             if self.jwks is not None and not slurm:
-                kid = jwt.get_unverified_header(token).get("kid")
-                if not isinstance(kid, str):
-                    raise jwt.PyJWKClientError("the token names no key (kid)")
-                jwk = self.jwks.lookup(kid)
-                if jwk is None:
-                    jwk = await asyncio.to_thread(self.jwks.fetch, kid)
+                jwk = await self.jwks.key_for(token)
                 key = jwk.key
                 # Pinned to the key's own algorithm, never an HMAC one.
                 algorithms = [a for a in algorithms if a == jwk.algorithm_name and not a.startswith("HS")]
