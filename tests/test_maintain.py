@@ -330,3 +330,32 @@ def test_a_run_goes_on_after_the_service_is_killed(settings: Settings, devcluste
     assert steps(settings, run_id) == ["started", "drained", "reserved", "idle", "resumed", "finished"]
     assert "DRAIN" not in node_states()[node] and reservation(f"maint_{node}") == ""
     assert sh("sacct", "-n", "-X", "-P", "-j", str(job), "-o", "State").strip() == "COMPLETED"
+
+
+def test_a_run_between_the_steps_of_its_start_is_left_to_its_start(catalogue: Catalogue, settings: Settings) -> None:
+    """A background round that finds a run at ``drained`` a moment after it was recorded (its
+    start() reserving meanwhile, here or in another process) leaves it alone; only a run that
+    stayed there past START_GRACE (a restart between the steps) is drained and reserved again.
+    (Two rounds once recorded ``reserved`` twice.)"""
+    from datetime import UTC, datetime, timedelta
+
+    from slurmtower.actions.maintain import START_GRACE, RunState
+
+    runner = Maintenance(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir,
+                         close=True, close_catalogue=False)
+    try:
+        state = RunState(run_id="between01", node="n3", params={"reason": "between", "idle_timeout": 3600},
+                         principal="otto", via="api", started_at=datetime.now(UTC))
+        runner._record(state, "started", params=state.params, principal="otto", via="api", plan=[])
+        runner._record(state, "drained", execution_id="x")
+        assert runner.advance() == 0
+        assert steps(settings, "between01") == ["started", "drained"]
+        later = datetime.now(UTC) + timedelta(seconds=START_GRACE + 1)
+        runner.advance(now=later)
+        # drained and reserved again, once; n3 runs no job, so the run goes on to its end
+        assert steps(settings, "between01") == ["started", "drained", "reserved", "idle", "resumed", "finished"]
+        assert not reservation("maint_n3")
+    finally:
+        if reservation("maint_n3"):
+            runner._release_reservation(runner.state("between01"))
+        runner.close()

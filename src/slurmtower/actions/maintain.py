@@ -49,6 +49,11 @@ TYPES = tuple(EVENT_PREFIX + s for s in STEPS)
 #: check timeout, each at most 7 days).
 HORIZON = timedelta(days=15)
 _OUTPUT_MAX = 160
+#: Seconds a run may stay at ``started`` or ``drained`` before :meth:`Maintenance.advance`
+#: takes it for one a restart interrupted: ``start()`` drains and reserves in turn (each a
+#: Slurm command of at most ``slurm.command_timeout``, 30 s), and a background round running
+#: meanwhile must not reserve a second time.
+START_GRACE = 90.0
 
 
 class NodeMaintainParams(_Mutating):
@@ -173,6 +178,8 @@ class RunState:
     started_at: datetime
     steps: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    last_at: datetime | None = None
+    """When its last step was recorded."""
 
     @property
     def last(self) -> str:
@@ -236,9 +243,10 @@ class Maintenance:
             if ev.type == EVENT_PREFIX + "started":
                 runs[run_id] = RunState(run_id=run_id, node=ev.node or "", params=dict(p.get("params") or {}),
                                         principal=str(p.get("principal")), via=str(p.get("via")),
-                                        started_at=ev.time, steps=["started"])
+                                        started_at=ev.time, steps=["started"], last_at=ev.time)
             elif run_id in runs:
                 runs[run_id].steps.append(str(p.get("step")))
+                runs[run_id].last_at = ev.time
                 runs[run_id].data.update({k: v for k, v in p.items() if k not in ("run", "step")})
         return runs
 
@@ -346,6 +354,8 @@ class Maintenance:
         p = state.params
         last = state.last
         if last in ("started", "drained"):
+            if state.last_at is not None and (now - state.last_at).total_seconds() < START_GRACE:
+                return  # start() may be between its steps right now (here or in another process)
             # a restart between the steps of start(): the drain or the reservation again
             # (both are idempotent for the same owner and reservation)
             ok, ref = self._act(state, "slurm.node.drain", {"nodes": state.node,

@@ -193,7 +193,7 @@ async def queue_fragment(services: ServicesDep, principal: Reader) -> HTMLRespon
 
 @router.get("/whoami")
 async def whoami(principal: Reader) -> dict[str, Any]:
-    """The caller's name and role (the login page checks a token with it)."""
+    """The caller's name, role and how they logged in (token, jwt, oidc ...)."""
     return {"name": principal.name, "role": principal.role, "via": principal.via,
             "may_operate": principal.may_operate}
 
