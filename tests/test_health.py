@@ -59,5 +59,6 @@ def test_ready_says_not_ok_without_error_text_and_in_bounded_time(settings: Sett
     assert resp.status_code == 503
     body = resp.json()
     assert body["ready"] is False and body["slurmctld"] is False
-    assert set(body) <= {"ready", "slurmctld", "accounting", "snapshot", "leads"}, body  # no error text
+    assert set(body) <= {"ready", "slurmctld", "accounting", "snapshot", "restored", "leads"}, body  # no error text
+    assert body["restored"] == []  # a list of resource names, nothing else
     assert took <= 5.0, took
