@@ -38,7 +38,7 @@ with warnings.catch_warnings():
     from authlib.integrations.httpx_client import AsyncOAuth2Client  # type: ignore[import-untyped]
 
 from slurmtower.errors import AuthenticationError, IdentityProviderUnavailable, PermissionDenied
-from slurmtower.principal import ROLE_PERM
+from slurmtower.principal import MAX_NAME, ROLE_PERM
 from slurmtower.settings import OidcSettings
 
 __all__ = ["JwksKeys", "OidcClient", "Person"]
@@ -49,8 +49,7 @@ log = logging.getLogger("slurmtower.auth")
 DISCOVERY_LIFESPAN = 3600.0
 #: Seconds of clock skew allowed on an ID token's times.
 ID_TOKEN_LEEWAY = 30
-#: The longest name, and the most groups, taken from an ID token.
-MAX_NAME = 255
+#: The most groups taken from an ID token.
 MAX_GROUPS = 1000
 
 
@@ -148,14 +147,20 @@ class OidcClient:
         self._lock = asyncio.Lock()
         self._jwks: JwksKeys | None = None
 
+    def _known(self) -> dict[str, Any] | None:
+        """The discovery document, while it is younger than :data:`DISCOVERY_LIFESPAN`."""
+        if time.monotonic() - self._discovered_at < DISCOVERY_LIFESPAN:
+            return self._discovery
+        return None
+
     async def discovery(self) -> dict[str, Any]:
         """The provider's discovery document (cached for an hour); its ``issuer`` must be
         exactly the configured one."""
-        if self._discovery is not None and time.monotonic() - self._discovered_at < DISCOVERY_LIFESPAN:
-            return self._discovery
+        if (known := self._known()) is not None:
+            return known
         async with self._lock:
-            if self._discovery is not None and time.monotonic() - self._discovered_at < DISCOVERY_LIFESPAN:
-                return self._discovery
+            if (known := self._known()) is not None:
+                return known
             issuer = self.settings.issuer.rstrip("/")
             url = f"{issuer}/.well-known/openid-configuration"
             try:
@@ -168,10 +173,12 @@ class OidcClient:
                 raise IdentityProviderUnavailable("the identity provider's discovery document cannot be read "
                                                   "(the log has the details)") from exc
             needed = ("issuer", "authorization_endpoint", "token_endpoint", "jwks_uri")
-            if not isinstance(doc, dict) or any(not isinstance(doc.get(k), str) for k in needed):
+            if not isinstance(doc, dict):
+                doc = {}
+            missing = [k for k in needed if not isinstance(doc.get(k), str)]
+            if missing:
                 raise IdentityProviderUnavailable("the identity provider's discovery document lacks "
-                                                  + ", ".join(k for k in needed if not isinstance(doc, dict)
-                                                              or not isinstance(doc.get(k), str)))
+                                                  + ", ".join(missing))
             if doc["issuer"] != self.settings.issuer:
                 raise IdentityProviderUnavailable(f"the discovery document names issuer {doc['issuer']!r}, "
                                                   f"not auth.oidc.issuer {self.settings.issuer!r}")

@@ -22,6 +22,7 @@ __all__ = [
     "ANONYMOUS",
     "CSRF_HEADER",
     "LOGIN_COOKIE",
+    "MAX_NAME",
     "OPERATOR",
     "READER",
     "ROLES",
@@ -72,6 +73,8 @@ ACTION_PERM: dict[Literal["read", "operate", "admin"], Perm] = {
 SESSION_COOKIE = "slurmtower_session"
 #: Binds an OpenID Connect sign-on under way to the browser that began it (HttpOnly, 10 min).
 LOGIN_COOKIE = "slurmtower_login"
+#: The longest caller name taken from a credential or a sign-on (the audit's ``who`` holds 255).
+MAX_NAME = 255
 #: Seconds until every process refuses a token revoked in the store (``slurmtower token revoke``).
 TOKEN_RECHECK = 5.0
 #: Header a cookie-authenticated mutating request must carry (value ``1``).

@@ -423,17 +423,14 @@ class AuthSettings(_Section):
         if self.jwt_key is not None and self.jwt_key_file is not None:
             raise ConfigError("set auth.jwt_key or auth.jwt_key_file, not both", key="auth.jwt_key_file")
         has_key = self.jwt_key is not None or self.jwt_key_file is not None
-        if not has_key and self.jwt_jwks_url is None:
-            if self.slurm_token_role is not None:
-                raise ConfigError("auth.slurm_token_role needs auth.jwt_key (Slurm's jwt_hs256.key)",
-                                  key="auth.jwt_key")
-            return
         if self.slurm_token_role is not None and not has_key:
             raise ConfigError("auth.slurm_token_role needs auth.jwt_key (Slurm's jwt_hs256.key)",
                               key="auth.jwt_key")
+        if not has_key and self.jwt_jwks_url is None:
+            return
         if self.jwt_key_file is not None:
             try:
-                self.jwt_key_file.read_bytes()
+                self.jwt_signing_key()
             except OSError as exc:
                 raise ConfigError(f"auth.jwt_key_file {self.jwt_key_file}: {exc.strerror}",
                                   key="auth.jwt_key_file") from exc

@@ -173,16 +173,16 @@ class _SecurityHeaders:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._csp = [(b"content-security-policy", CSP.encode())]
-        self._docs_csp = [(b"content-security-policy", DOCS_CSP.encode())]
+        # (a docs page, behind TLS) -> the headers, made once: every answer adds them.
+        self._extra = {(docs, tls): [(b"content-security-policy", (DOCS_CSP if docs else CSP).encode()),
+                                     *_SECURITY_HEADERS, *([_HSTS] if tls else [])]
+                       for docs in (False, True) for tls in (False, True)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = [*(self._docs_csp if scope["path"] in ("/docs", "/redoc") else self._csp), *_SECURITY_HEADERS]
-        if scope.get("scheme") == "https":
-            extra.append(_HSTS)
+        extra = self._extra[scope["path"] in ("/docs", "/redoc"), scope.get("scheme") == "https"]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

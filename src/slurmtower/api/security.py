@@ -64,6 +64,7 @@ from slurmtower.identity import JwksKeys
 from slurmtower.principal import (
     ANONYMOUS,
     CSRF_HEADER,
+    MAX_NAME,
     ROLE_PERM,
     SESSION_COOKIE,
     TOKEN_RECHECK,
@@ -104,8 +105,6 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 JWT_LEEWAY = 30
 #: Seconds a session found in the store is believed here without asking it again.
 SESSION_RECHECK = 5.0
-#: The longest caller name taken from a credential (the audit's ``who`` holds 255).
-MAX_NAME = 255
 
 
 class LoginRateLimited(AuthenticationError):
@@ -356,23 +355,22 @@ class _JwtVerifier:
             raise AuthenticationError("JWT from an issuer not accepted here (auth.jwt_issuers)") from exc
         except jwt.InvalidTokenError as exc:
             raise AuthenticationError(f"invalid JWT: {exc}") from exc
-        expires_at = float(claims["exp"]) + auth.jwt_leeway
+        role: str
         if slurm:
             assert auth.slurm_token_role is not None
-            if len(str(claims["sun"])) > MAX_NAME:
-                raise AuthenticationError(f"JWT names a caller longer than {MAX_NAME} characters")
-            return Principal(name=str(claims["sun"]), role=auth.slurm_token_role, via="slurm-jwt",
-                             expires_at=expires_at)
-        raw_role = claims.get(auth.jwt_role_claim)
-        roles = [raw_role] if isinstance(raw_role, str) else list(raw_role or [])
-        known = [r for r in roles if isinstance(r, str) and r in ROLE_PERM]
-        name = next((str(claims[c]) for c in ("preferred_username", "name", "sub") if claims.get(c)), None)
+            name: str | None = str(claims["sun"])
+            role, via = auth.slurm_token_role, "slurm-jwt"
+        else:
+            raw_role = claims.get(auth.jwt_role_claim)
+            roles = [raw_role] if isinstance(raw_role, str) else list(raw_role or [])
+            known = [r for r in roles if isinstance(r, str) and r in ROLE_PERM]
+            name = next((str(claims[c]) for c in ("preferred_username", "name", "sub") if claims.get(c)), None)
+            role, via = (max(known, key=lambda r: ROLE_PERM[r]) if known else "none"), "jwt"
         if name is None:
             raise AuthenticationError("JWT names nobody (no sub claim)")
         if len(name) > MAX_NAME:
             raise AuthenticationError(f"JWT names a caller longer than {MAX_NAME} characters")
-        role = max(known, key=lambda r: ROLE_PERM[r]) if known else "none"
-        return Principal(name=name, role=role, via="jwt", expires_at=expires_at)
+        return Principal(name=name, role=role, via=via, expires_at=float(claims["exp"]) + auth.jwt_leeway)
 
 
 def _looks_like_jwt(token: str) -> bool:

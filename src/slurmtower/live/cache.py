@@ -259,12 +259,15 @@ class SnapshotCache:
         entry = self._entries.get(resource)
         if entry is None or entry.snapshot is not None:
             return None
-        age = max(0.0, (datetime.now(UTC) - fetched_at).total_seconds())
         entry.generation += 1
-        snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at, fetched_mono=self.clock() - age,
+        snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at, fetched_mono=self._mono(fetched_at),
                         generation=entry.generation, stale=True, error=RESTORED)
         entry.snapshot, entry.own, entry.restored = snap, False, True
         return snap
+
+    def _mono(self, fetched_at: datetime) -> float:
+        """This cache's clock reading for the wall time ``fetched_at`` (in the past: its age)."""
+        return self.clock() - max(0.0, (datetime.now(UTC) - fetched_at).total_seconds())
 
     def is_own(self, resource: str) -> bool:
         """The snapshot of ``resource`` is this process's own read of Slurm (not the shared
@@ -479,11 +482,10 @@ class SnapshotCache:
     def _install(self, resource: str, entry: _Entry, pulled: Pulled) -> Snapshot[Any]:
         """Make a shared round this process's snapshot of ``resource``."""
         value = pulled.value if pulled.changed or entry.snapshot is None else entry.snapshot.value
-        age = max(0.0, (datetime.now(UTC) - pulled.fetched_at).total_seconds())
         entry.generation += 1
         entry.timed_out = False
         snap = Snapshot(resource=resource, value=value, fetched_at=pulled.fetched_at,
-                        fetched_mono=self.clock() - age, generation=entry.generation)
+                        fetched_mono=self._mono(pulled.fetched_at), generation=entry.generation)
         # The delta table and the worker's memo belong to this process's own reads: the next
         # own round (a takeover, a Redis outage) reads in full.
         entry.snapshot, entry.own, entry.table, entry.last_error = snap, False, None, None

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -38,6 +39,17 @@ class IdentityStoreError(SlurmtowerError):
     http_status = 503
     exit_code = 69
     title = "the store of sessions and tokens is unavailable"
+
+
+@contextmanager
+def guarded(engine: Engine, what: str, *, write: bool = True) -> Iterator[Connection]:
+    r"""A transaction (``write``) or a connection of ``engine`` whose database errors become
+    :class:`IdentityStoreError`\ s naming ``what`` could not be done."""
+    try:
+        with engine.begin() if write else engine.connect() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        raise IdentityStoreError(f"cannot {what}: {exc.__class__.__name__}") from exc
 
 
 def digest(value: str) -> str:
@@ -88,7 +100,7 @@ class SessionStore:
         row = {"id_hash": digest(sid), "name": name[:255], "role": role[:16], "via": via[:16],
                "created_at": now, "seen_at": now, "expires_at": now + self.lifetime,
                "id_token": id_token if id_token is not None and len(id_token) <= MAX_ID_TOKEN else None}
-        with self._writing("create a session") as conn:
+        with guarded(self._engine, "create a session") as conn:
             conn.execute(insert(web_sessions).values(**row))
             self._purge(conn, now)
         return sid
@@ -100,34 +112,27 @@ class SessionStore:
         """
         now = self._clock()
         key = digest(sid)
-        try:
-            with self._engine.connect() as conn:
-                row = conn.execute(select(web_sessions).where(web_sessions.c.id_hash == key)).mappings().first()
-        except SQLAlchemyError as exc:
-            raise IdentityStoreError(f"cannot read sessions: {exc.__class__.__name__}") from exc
+        with guarded(self._engine, "read sessions", write=False) as conn:
+            row = conn.execute(select(web_sessions).where(web_sessions.c.id_hash == key)).mappings().first()
         if row is None or row["expires_at"] <= now or row["seen_at"] + self.idle <= now:
             return None
         if now - row["seen_at"] > 60:
-            with self._writing("record a session's use") as conn:
+            with guarded(self._engine, "record a session's use") as conn:
                 conn.execute(update(web_sessions).where(web_sessions.c.id_hash == key).values(seen_at=now))
-        return SessionRow(name=row["name"], role=row["role"], via=row["via"], created_at=row["created_at"],
-                          expires_at=min(row["expires_at"], now + self.idle), id_token=row["id_token"])
+        return _session(row, expires_at=min(row["expires_at"], now + self.idle))
 
     def end(self, sid: str) -> SessionRow | None:
         """End the session ``sid`` (logout); returns what it was (its ID token for the provider)."""
         key = digest(sid)
-        with self._writing("end a session") as conn:
+        with guarded(self._engine, "end a session") as conn:
             row = conn.execute(select(web_sessions).where(web_sessions.c.id_hash == key)).mappings().first()
             conn.execute(delete(web_sessions).where(web_sessions.c.id_hash == key))
-        if row is None:
-            return None
-        return SessionRow(name=row["name"], role=row["role"], via=row["via"], created_at=row["created_at"],
-                          expires_at=row["expires_at"], id_token=row["id_token"])
+        return _session(row, expires_at=row["expires_at"]) if row is not None else None
 
     def begin_login(self, *, state: str, browser: str, verifier: str, nonce: str) -> None:
         """Keep a sign-on under way until :meth:`take_login`."""
         now = self._clock()
-        with self._writing("begin a sign-on") as conn:
+        with guarded(self._engine, "begin a sign-on") as conn:
             conn.execute(insert(login_states).values(state_hash=digest(state), browser_hash=digest(browser),
                                                      verifier=verifier, nonce=nonce, created_at=now))
             self._purge(conn, now)
@@ -137,7 +142,7 @@ class SessionStore:
         (None: unknown, taken already, another browser's, or too old)."""
         now = self._clock()
         key = digest(state)
-        with self._writing("take a sign-on") as conn:
+        with guarded(self._engine, "take a sign-on") as conn:
             row = conn.execute(select(login_states).where(login_states.c.state_hash == key)).mappings().first()
             if row is None:
                 return None
@@ -157,11 +162,6 @@ class SessionStore:
         execute(delete(web_sessions).where(web_sessions.c.seen_at <= now - self.idle))
         execute(delete(login_states).where(login_states.c.created_at <= now - self.login_window))
 
-    @contextmanager
-    def _writing(self, what: str) -> Iterator[Connection]:
-        """A transaction whose database errors become :class:`IdentityStoreError`s."""
-        try:
-            with self._engine.begin() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise IdentityStoreError(f"cannot {what}: {exc.__class__.__name__}") from exc
+def _session(row: Any, *, expires_at: float) -> SessionRow:
+    return SessionRow(name=row["name"], role=row["role"], via=row["via"], created_at=row["created_at"],
+                      expires_at=expires_at, id_token=row["id_token"])

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from slurmtower.store.engine import make_store_engine
 from slurmtower.store.revision import ensure_current
 from slurmtower.store.schema import token_state
-from slurmtower.store.sessions import IdentityStoreError
+from slurmtower.store.sessions import IdentityStoreError, guarded
 
 __all__ = ["TokenLedger", "TokenRecord"]
 
@@ -56,21 +56,15 @@ class TokenLedger:
 
     def records(self) -> dict[str, TokenRecord]:
         """Every token the store knows, by SHA-256."""
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(token_state)).mappings().all()
-        except SQLAlchemyError as exc:
-            raise IdentityStoreError(f"cannot read the tokens' state: {exc.__class__.__name__}") from exc
+        with guarded(self._engine, "read the tokens' state", write=False) as conn:
+            rows = conn.execute(select(token_state)).mappings().all()
         return {r["sha256"]: TokenRecord(**dict(r)) for r in rows}
 
     def revoked(self) -> frozenset[str]:
         """The SHA-256s of the revoked tokens."""
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(select(token_state.c.sha256).where(token_state.c.revoked_at.is_not(None)))
-                return frozenset(sha for (sha,) in rows)
-        except SQLAlchemyError as exc:
-            raise IdentityStoreError(f"cannot read the revoked tokens: {exc.__class__.__name__}") from exc
+        with guarded(self._engine, "read the revoked tokens", write=False) as conn:
+            rows = conn.execute(select(token_state.c.sha256).where(token_state.c.revoked_at.is_not(None)))
+            return frozenset(sha for (sha,) in rows)
 
     def revoke(self, sha256: str, name: str, at: float) -> bool:
         """Mark the token revoked (for good: a new token replaces it); False if it was already."""
@@ -82,21 +76,18 @@ class TokenLedger:
             self._upsert(sha256, name, {"last_used_at": at, "last_address": address[:255]})
 
     def _upsert(self, sha256: str, name: str, values: dict[str, object], *, only_if_null: str | None = None) -> bool:
-        try:
-            with self._engine.begin() as conn:
-                stmt = update(token_state).where(token_state.c.sha256 == sha256)
-                if only_if_null is not None:
-                    stmt = stmt.where(token_state.c[only_if_null].is_(None))
-                if conn.execute(stmt.values(**values)).rowcount:
-                    return True
-                exists = conn.execute(select(token_state.c.sha256).where(token_state.c.sha256 == sha256)).first()
-                if exists is not None:
-                    return False
-                try:
-                    with conn.begin_nested():
-                        conn.execute(insert(token_state).values(sha256=sha256, name=name[:255], **values))
-                except IntegrityError:  # another process wrote it meanwhile
-                    conn.execute(stmt.values(**values))
+        with guarded(self._engine, "write the tokens' state") as conn:
+            stmt = update(token_state).where(token_state.c.sha256 == sha256)
+            if only_if_null is not None:
+                stmt = stmt.where(token_state.c[only_if_null].is_(None))
+            if conn.execute(stmt.values(**values)).rowcount:
                 return True
-        except SQLAlchemyError as exc:
-            raise IdentityStoreError(f"cannot write the tokens' state: {exc.__class__.__name__}") from exc
+            exists = conn.execute(select(token_state.c.sha256).where(token_state.c.sha256 == sha256)).first()
+            if exists is not None:
+                return False
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(token_state).values(sha256=sha256, name=name[:255], **values))
+            except IntegrityError:  # another process wrote it meanwhile
+                conn.execute(stmt.values(**values))
+            return True

@@ -41,7 +41,6 @@ async def ready(services: ServicesDep) -> JSONResponse:
     # Which snapshot this process serves: the mode only (never Redis's error text).
     shared = services.snapshots.shared if services.snapshots is not None else None
     snapshot = shared.mode if shared is not None else ALONE
-    # The resources still served from the snapshots kept by the last run (marked stale).
     restored = services.snapshots.restored() if services.snapshots is not None else []
     return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "restored": restored,
                          "leads": services.leading_roles()}, status_code=200 if ok else 503)

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from slurmtower.api.deps import services_of
 from slurmtower.api.reads import read_capped
 from slurmtower.api.security import Perm, require, sessions, verify_token
 from slurmtower.dashboard.render import render
@@ -39,8 +40,7 @@ from slurmtower.errors import (
 )
 from slurmtower.identity import OidcClient
 from slurmtower.principal import CSRF_HEADER, LOGIN_COOKIE, SESSION_COOKIE
-from slurmtower.runtime import Services
-from slurmtower.store.sessions import IdentityStoreError
+from slurmtower.store.sessions import IdentityStoreError, SessionStore
 
 __all__ = ["router"]
 
@@ -52,14 +52,9 @@ MAX_LOGIN_BODY = 16384
 LOGIN_WINDOW = 600
 
 
-def _services(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
-
-
 def _oidc(request: Request) -> OidcClient | None:
     """The app's OpenID client (None: ``auth.oidc`` is not set)."""
-    settings = _services(request).settings.auth.oidc
+    settings = services_of(request).settings.auth.oidc
     if settings is None:
         return None
     found: OidcClient | None = getattr(request.app.state, "slurmtower_oidc", None)
@@ -75,7 +70,7 @@ def _secure(request: Request) -> bool:
 
 
 def _page(request: Request, *, error: str | None = None, status_code: int = 200) -> HTMLResponse:
-    auth = _services(request).settings.auth
+    auth = services_of(request).settings.auth
     return render("login.html", status_code=status_code, error=error,
                   sso_label=auth.oidc.label if auth.oidc is not None else None,
                   idle_minutes=auth.session_idle_minutes, hours=auth.session_hours)
@@ -95,16 +90,21 @@ def _same_site(request: Request) -> bool:
     return origin == f"{own.scheme}://{own.netloc}"
 
 
-async def _start_session(request: Request, *, name: str, role: str, via: str,
-                         id_token: str | None = None) -> str:
+def _store(request: Request) -> SessionStore:
+    """Where this app keeps sessions and sign-ons under way (503 without a store)."""
     store = sessions(request).store
     if store is None:
         raise IdentityStoreError("sessions need slurmtower's store, and this service has none")
-    return await asyncio.to_thread(store.create, name=name, role=role, via=via, id_token=id_token)
+    return store
+
+
+async def _start_session(request: Request, *, name: str, role: str, via: str,
+                         id_token: str | None = None) -> str:
+    return await asyncio.to_thread(_store(request).create, name=name, role=role, via=via, id_token=id_token)
 
 
 def _with_session(response: Response, request: Request, sid: str) -> Response:
-    auth = _services(request).settings.auth
+    auth = services_of(request).settings.auth
     response.set_cookie(SESSION_COOKIE, sid, max_age=int(auth.session_hours * 3600), path="/",
                         httponly=True, secure=_secure(request), samesite="lax")
     return response
@@ -121,6 +121,7 @@ async def login_with_token(request: Request) -> Response:
     """A token posted from the login form becomes a session (the token is not kept)."""
     if not _same_site(request):
         return _page(request, error="this login form was posted from another site", status_code=403)
+
     async def too_long() -> Exception:
         return PayloadTooLarge("the token is too long", param="token")
 
@@ -149,9 +150,7 @@ async def login_with_oidc(request: Request) -> Response:
     oidc = _oidc(request)
     if oidc is None:
         return _page(request, error="single sign-on is not configured here (auth.oidc)", status_code=404)
-    store = sessions(request).store
-    if store is None:
-        raise IdentityStoreError("sessions need slurmtower's store, and this service has none")
+    store = _store(request)
     state, nonce, verifier, browser = (secrets.token_urlsafe(32) for _ in range(4))
     try:
         url = await oidc.authorization_url(state=state, nonce=nonce, verifier=verifier)
