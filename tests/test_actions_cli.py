@@ -148,3 +148,26 @@ def test_actions_list_and_show(cli: Any) -> None:
     schema = json.loads(cli("actions", "show", "slurm.trigger.unset", "-o", "json").stdout)
     assert schema["parameters"]["properties"]["user"]["default"] == "slurm"
     assert cli("actions", "show", "slurm.nope").returncode == 2
+
+
+def test_a_read_from_the_cli_loads_no_database_or_web_library(cli: Any, devcluster: Any, tmp_path: Path) -> None:
+    """The CLI's start-up: ``run slurm.node.get`` of a node in service opens no store, so it
+    loads neither SQLAlchemy nor the web stack (a drain does open the store)."""
+    heavy = "{'sqlalchemy', 'alembic', 'fastapi', 'starlette', 'uvicorn', 'httpx'}"
+    code = ("import sys\nfrom slurmtower.cli.main import main\nsys.argv = ['slurmtower', *sys.argv[1:]]\n"
+            "try:\n    main()\nfinally:\n"
+            f"    print('loaded:', sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}), file=sys.stderr)\n")
+    env = {**os.environ, "SLURM_CONF": str(devcluster.slurm_conf), "SLURMTOWER_CONFIG": str(devcluster.tower_conf),
+           "SLURMTOWER_STATE_DIR": str(tmp_path)}
+    python = str(Path(SCRIPT).with_name("python"))
+
+    def loaded(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+        res = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, env=env, timeout=60)
+        return res, res.stderr.strip().splitlines()[-1]
+
+    res, mods = loaded("run", "slurm.node.get", "nodes=n1", "-o", "json")
+    assert res.returncode == 0 and "n1" in json.loads(res.stdout)["result"], res.stderr
+    assert mods == "loaded: []"
+    res, mods = loaded("run", "slurm.node.drain", "nodes=n1", "reason=x", "--dry-run", "-o", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["status"] == "succeeded", res.stderr
+    assert "sqlalchemy" in mods  # the dry run is audited: the store is opened

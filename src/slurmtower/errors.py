@@ -38,6 +38,7 @@ __all__ = [
     "Conflict",
     "IdentityProviderUnavailable",
     "InvalidInput",
+    "KeyTaken",
     "NodeSetError",
     "NotFound",
     "PayloadTooLarge",
@@ -47,6 +48,7 @@ __all__ = [
     "SlurmTimeout",
     "SlurmUnavailable",
     "SlurmtowerError",
+    "StoreError",
     "StoreSchemaError",
     "Unsupported",
 ]
@@ -137,6 +139,18 @@ class Conflict(SlurmtowerError):
     http_status = 409
     exit_code = 3
     title = "conflict"
+
+
+class StoreError(SlurmtowerError):
+    """slurmtower's own store (executions, audit, holds) cannot be read or written."""
+
+    http_status = 503
+    exit_code = 69
+    title = "action store unavailable"
+
+
+class KeyTaken(Conflict):
+    """Another execution of this principal already holds the idempotency key."""
 
 
 class Unsupported(SlurmtowerError):

@@ -12,6 +12,8 @@ result envelope, drain ownership tags, drain holds, the circuit breaker and the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from slurmtower.actions.catalogue import (
     Catalogue,
     Dispatcher,
@@ -21,10 +23,14 @@ from slurmtower.actions.catalogue import (
     rule_dispatcher,
 )
 from slurmtower.actions.envelope import PARTIAL_EXIT_CODE, AuditOutcome, AuditRecord, Envelope
-from slurmtower.actions.holds import Hold, HoldStore, node_holds
+from slurmtower.actions.holds import Hold, node_holds
 from slurmtower.actions.ownership import OwnerTag, parse_reason, reason_owner, tag_reason
 from slurmtower.actions.registry import REGISTRY, ActionSpec
-from slurmtower.actions.store import ActionStore, StoreError
+from slurmtower.errors import StoreError
+
+if TYPE_CHECKING:
+    from slurmtower.actions.hold_store import HoldStore
+    from slurmtower.actions.store import ActionStore
 
 __all__ = [
     "PARTIAL_EXIT_CODE",
@@ -49,3 +55,16 @@ __all__ = [
     "rule_dispatcher",
     "tag_reason",
 ]
+
+# The two SQLAlchemy-backed stores load on first use: a CLI read never imports SQLAlchemy.
+_LAZY = {"ActionStore": "slurmtower.actions.store", "HoldStore": "slurmtower.actions.hold_store"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib  # deferred: the stores, first use only
+
+    return getattr(importlib.import_module(module), name)
+

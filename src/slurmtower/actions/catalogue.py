@@ -34,27 +34,28 @@ from pydantic import BaseModel, ValidationError
 
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
 import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
-from slurmtower.accounting import AccountingDB
 from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
 from slurmtower.actions.params import check_program, program_allowed
 from slurmtower.actions.registry import REGISTRY, ActionSpec, Run
-from slurmtower.actions.store import ActionStore, KeyTaken, StoreError
 from slurmtower.errors import (
     AccountingUnavailable,
     ConfigError,
     Conflict,
     InvalidInput,
+    KeyTaken,
     NotFound,
     PermissionDenied,
     SlurmError,
     SlurmtowerError,
+    StoreError,
 )
 from slurmtower.settings import Settings
 from slurmtower.slurm import SlurmClient, make_client
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
+    from slurmtower.actions.store import ActionStore
 
 __all__ = [
     "Catalogue",
@@ -148,7 +149,8 @@ class Catalogue:
 
     Args:
         client: the Slurm client actions go through.
-        store: where envelopes and audit records go.
+        store: where envelopes and audit records go, or a factory opening it on first use (a
+            read that records nothing never opens it: SQLAlchemy stays unloaded in a CLI read).
         accounting: the accounting reader for finished jobs, or a factory building it on
             first use (``None``: no accounting).
         settings: for the trigger program allowlist of API and rule callers.
@@ -157,13 +159,14 @@ class Catalogue:
     def __init__(
         self,
         client: SlurmClient,
-        store: ActionStore,
+        store: ActionStore | Callable[[], ActionStore],
         *,
         accounting: AccountingDB | Callable[[], AccountingDB | None] | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.client = client
-        self.store = store
+        self._store_source = store
+        self._store: ActionStore | None = None if callable(store) else store
         self.settings = settings
         self._accounting = accounting
         self._accounting_built: AccountingDB | None = None
@@ -180,14 +183,32 @@ class Catalogue:
         def accounting() -> AccountingDB | None:
             if settings.accounting.url is None:
                 return None
+            from slurmtower.accounting import AccountingDB  # deferred: SQLAlchemy, first accounting read only
 
             try:
                 return AccountingDB.from_settings(settings)
             except ConfigError:
                 return None
 
-        return cls(client, store or ActionStore(settings.effective_store_url()), accounting=accounting,
-                   settings=settings)
+        def open_store() -> ActionStore:
+            from slurmtower.actions.store import ActionStore  # deferred: SQLAlchemy, first record only
+
+            return ActionStore(settings.effective_store_url())
+
+        return cls(client, store or open_store, accounting=accounting, settings=settings)
+
+    @property
+    def store(self) -> ActionStore:
+        """The action store, opened on first use."""
+        if self._store is None:
+            source = self._store_source
+            self._store = source() if callable(source) else source
+        return self._store
+
+    def close(self) -> None:
+        """Close the action store if it was opened."""
+        if self._store is not None:
+            self._store.close()
 
     # -- discovery --------------------------------------------------------------------------
     @staticmethod
@@ -267,7 +288,7 @@ class Catalogue:
         execution_id = uuid.uuid4().hex
         started = _now()
         run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
-                  accounting_factory=self._get_accounting, store=self.store, execution_id=execution_id,
+                  accounting_factory=self._get_accounting, store_factory=lambda: self.store, execution_id=execution_id,
                   role=role, catalogue=self)
         used: dict[str, Any] = raw if isinstance(raw, dict) else {"parameters": raw}
         try:

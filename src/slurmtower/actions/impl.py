@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, evaluate, refusal
-from slurmtower.actions.holds import Hold, node_holds
+from slurmtower.actions.holds import Hold, any_held, node_holds
 from slurmtower.actions.ownership import (
     OwnerTag,
     holds_node,
@@ -64,7 +64,6 @@ from slurmtower.errors import (
     PermissionDenied,
     SlurmRequestError,
 )
-from slurmtower.events.store import EventStore
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
 from slurmtower.models.accounting import HistoryJob
 from slurmtower.models.event import Event
@@ -334,7 +333,9 @@ def node_get(run: Run, p: NodeGetParams) -> dict[str, dict[str, Any]]:
     nodes = _policy(run).nodes(found)
     if found and not nodes:  # only nodes of hidden partitions: unknown, as hidden
         raise NotFound(f"unknown node(s): {p.nodes}", param="nodes")
-    holds = node_holds(run.holds, nodes, read_at=read_at)
+    # Nodes all in service have no holds, whatever the store keeps: it is not opened (its stale
+    # rows are forgotten by the next read of a held node, a drain or a resume).
+    holds = node_holds(run.holds if any_held(nodes) else None, nodes, read_at=read_at)
     return {n.name: {**n.model_dump(mode="json"), "state_text": n.state_text, "reason_owner": reason_owner(n),
                      "holds": [h.as_dict() for h in holds[n.name]]}
             for n in nodes}
@@ -383,6 +384,8 @@ def _record_event(run: Run, kind: str, payload: dict[str, Any], nodes: NodeSet) 
         return
 
     node = str(nodes) if len(nodes) == 1 else None
+    from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, a breaker's event only
+
     try:
         EventStore(run.store.engine, create=False).append(
             [Event(type=kind, time=_now(), source=run.via, node=node, payload=payload)])

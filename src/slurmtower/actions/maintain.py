@@ -31,7 +31,6 @@ from pydantic import Field, field_validator
 from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name, check_program
 from slurmtower.actions.registry import Run, action
 from slurmtower.errors import InvalidInput, SlurmTimeout, SlurmtowerError, SlurmUnavailable
-from slurmtower.events.store import EventStore
 from slurmtower.models import JobState, NodeState
 from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet
@@ -214,12 +213,14 @@ class Maintenance:
     @classmethod
     def from_settings(cls, settings: Any, *, catalogue: Any) -> Maintenance:
         """Maintenance through ``catalogue`` on the settings' event store (closed by :meth:`close`)."""
+        from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, maintenance only
+
         return cls(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir, close=True,
                    close_catalogue=False)
 
     def close(self) -> None:
         if self._close_catalogue:
-            self.catalogue.store.close()
+            self.catalogue.close()
         if self._close_events:
             self.events.close()
 

@@ -86,7 +86,9 @@ NodeSetText = Annotated[str, BeforeValidator(_nodes)]
 
 
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when its action first runs, not when the
+    # catalogue loads (a CLI call builds one action's, not every action's).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class _Mutating(_Params):

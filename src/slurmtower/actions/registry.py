@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from slurmtower.actions.holds import HoldStore
 from slurmtower.actions.ownership import Via
 from slurmtower.models import Node
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
-    from slurmtower.actions.holds import HoldStore
+    from slurmtower.actions.hold_store import HoldStore
     from slurmtower.actions.store import ActionStore
     from slurmtower.settings import Settings
     from slurmtower.slurm import SlurmClient
@@ -46,8 +45,9 @@ class Run:
     failed: str | None = None
     """Set by an action whose work ran and failed as a whole, without an error to raise (why,
     in one line): the execution ends ``failed`` (exit code 1), its result kept."""
-    store: ActionStore | None = None
-    """The action store (its engine also holds the node holds and the event log)."""
+    store_factory: Callable[[], ActionStore] | None = None
+    """Opens the action store (its engine also holds the node holds and the event log) on
+    first use: :attr:`store`."""
     execution_id: str | None = None
     catalogue: Any = None
     """The catalogue running this action (an action that runs others through it: maintenance)."""
@@ -60,12 +60,19 @@ class Run:
         return self.accounting_factory() if self.accounting_factory is not None else None
 
     @property
+    def store(self) -> ActionStore | None:
+        """The action store (``None`` without one), opened on first use."""
+        return self.store_factory() if self.store_factory is not None else None
+
+    @property
     def holds(self) -> HoldStore | None:
         """The node holds of the store (``None`` without a store)."""
-        if self.store is None:
+        store = self.store
+        if store is None:
             return None
+        from slurmtower.actions.hold_store import HoldStore  # deferred: SQLAlchemy, first hold read only
 
-        return HoldStore(self.store.engine)
+        return HoldStore(store.engine)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
-from slurmtower.errors import Conflict, InvalidInput, SlurmtowerError
+from slurmtower.errors import Conflict, InvalidInput, KeyTaken, StoreError
 from slurmtower.store.engine import make_store_engine
 from slurmtower.store.revision import ensure_current
 from slurmtower.store.schema import action_audit as audit
@@ -76,16 +76,6 @@ def bounded_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
             cut = {"(parameters)": len(cut)}
         kept[CUT_KEY] = cut
     return kept
-
-
-class StoreError(SlurmtowerError):
-    http_status = 503
-    exit_code = 69
-    title = "action store unavailable"
-
-
-class KeyTaken(Conflict):
-    """Another execution of this principal already holds the idempotency key."""
 
 
 @dataclass(frozen=True)

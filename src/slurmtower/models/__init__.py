@@ -1,7 +1,8 @@
 """slurmtower's typed models: pure pydantic, no I/O.
 
 One shape whatever the Slurm release; :mod:`slurmtower.slurm.adapters` builds them from
-each release's JSON and text.
+each release's JSON and text. Every model is declared with ``defer_build``: its validator is
+built when first used, so a process (a CLI call) pays only for the models it touches.
 """
 
 from __future__ import annotations

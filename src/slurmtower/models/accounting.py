@@ -43,7 +43,7 @@ AdminLevel = Literal["none", "operator", "administrator"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
 
 class HistoryJob(_Model):

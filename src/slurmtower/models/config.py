@@ -36,7 +36,7 @@ _SECONDS = re.compile(r"^\s*(\d+)\s*(?:sec|s)?\s*$")
 class ClusterConfig(BaseModel):
     """Every ``Key = Value`` of ``scontrol show config``, keyed by :func:`config_key`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     items: dict[str, str] = Field(default_factory=dict)
     as_of: datetime | None = None

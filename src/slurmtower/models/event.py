@@ -64,7 +64,7 @@ class Event(BaseModel):
     ``time`` is always timezone-aware and normalised to UTC.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: int | None = None
     type: str = Field(min_length=1, max_length=200)
@@ -102,7 +102,7 @@ class NodeTransition(BaseModel):
     ``reason`` and ``reason_owner`` are the node's reason at ``observed_at``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     node: str
     change: TransitionKind
@@ -130,7 +130,7 @@ class RuleRun(BaseModel):
     ``stdout``, ``stderr``, ``execution_id`` ...) or, for skipped runs, the reason.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: int | None = None
     rule: str

@@ -133,7 +133,7 @@ class ExitCode(BaseModel):
     signal (``3:0`` becomes ``return_code=3``, ``signal=None``).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     return_code: int | None = None
     signal: int | None = None
@@ -175,7 +175,7 @@ class Job(BaseModel):
     (``from_accounting=True``: sacct, REST ``/slurmdb/jobs``). A field the source does not
     report is ``None``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     job_id: int
     array_job_id: int | None = None
@@ -298,7 +298,7 @@ def step_label(step_id: int) -> str:
 class JobStep(BaseModel):
     """A job step (``scontrol show steps``, sacct steps)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     job_id: int
     step_id: str

@@ -208,7 +208,7 @@ def state_text(state: str, flags: Iterable[str]) -> str:
 class Node(BaseModel):
     """One node as slurmctld reports it; a field a release does not report is ``None``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     state: NodeState
@@ -301,7 +301,7 @@ class Node(BaseModel):
 class NodeReason(BaseModel):
     """One line of ``sinfo -R``: why a set of nodes is down or drained."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     nodes: str
     """Folded node list."""

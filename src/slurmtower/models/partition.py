@@ -12,7 +12,7 @@ __all__ = ["Partition"]
 class Partition(BaseModel):
     """One partition. Limits that are unlimited are ``None`` (documented per field)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     state: str

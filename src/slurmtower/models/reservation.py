@@ -12,7 +12,7 @@ __all__ = ["Reservation"]
 class Reservation(BaseModel):
     """One reservation (``scontrol show reservation``, REST ``/reservations``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     nodes: str | None = None

@@ -13,7 +13,7 @@ __all__ = ["ControllerStats", "RpcStat", "RpcUserStat"]
 class RpcStat(BaseModel):
     """RPC counts of one message type."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     name: str
     type_id: int | None = None
@@ -25,7 +25,7 @@ class RpcStat(BaseModel):
 class RpcUserStat(BaseModel):
     """RPC counts of one user."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     user: str
     user_id: int | None = None
@@ -37,7 +37,7 @@ class RpcUserStat(BaseModel):
 class ControllerStats(BaseModel):
     """One ``sdiag`` sample. Cycle times are in microseconds, as sdiag reports them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     slurm_time: datetime | None = None
     """When the sample was taken (sdiag's ``req_time``)."""

@@ -10,7 +10,7 @@ __all__ = ["Trigger"]
 class Trigger(BaseModel):
     """One trigger as ``strigger --get`` lists it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     trigger_id: int
     res_type: str

@@ -20,7 +20,7 @@ class SlurmVersion(BaseModel):
     ``"v0.0.38"`` (22.05's openapi plugin) or ``"v0.0.42"`` (24.11's data_parser), when known.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     major: int
     minor: int

@@ -104,7 +104,7 @@ async def stop(services: Services) -> None:
     if services.metrics is not None:
         services.metrics.close()
     if services.catalogue is not None:
-        services.catalogue.store.close()
+        services.catalogue.close()
     db = services.accounting
     if db is not None:
         await asyncio.to_thread(db.close)

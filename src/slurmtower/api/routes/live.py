@@ -21,7 +21,8 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from slurmtower.actions.holds import HoldStore, held_nodes, node_holds
+from slurmtower.actions.hold_store import HoldStore
+from slurmtower.actions.holds import held_nodes, node_holds
 from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import FastReads, respond, strict_query
