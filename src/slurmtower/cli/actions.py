@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from slurmtower.cli.app import app, load_settings
 from slurmtower.errors import InvalidInput
@@ -31,6 +30,8 @@ def _check_output(output: str, allowed: tuple[str, ...]) -> None:
 def _dump(data: Any, output: str) -> str:
     if output == "json":
         return json.dumps(data, indent=2, default=str)
+    import yaml  # deferred: CLI startup (--help and JSON output do not need it)
+
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip()
 
 

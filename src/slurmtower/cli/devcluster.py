@@ -10,7 +10,6 @@ import typer
 
 from slurmtower.cli.app import app
 from slurmtower.devcluster.installs import DEFAULT_DIR, find_slurm_installs, release_cluster_layout
-from slurmtower.nodeset import NodeSet
 
 if TYPE_CHECKING:
     from slurmtower.devcluster.cluster import DevCluster
@@ -66,6 +65,8 @@ def down(root: DirOpt = DEFAULT_DIR) -> None:
 def status(root: DirOpt = DEFAULT_DIR,
            output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
     """Show the daemons and node states."""
+    from slurmtower.nodeset import NodeSet  # deferred: CLI startup
+
     st = _cluster(root, quiet=True).status()
     if output == "json":
         typer.echo(json.dumps(st, indent=2))
