@@ -17,26 +17,42 @@ from slurmtower.slurm.client import (
     SlurmClient,
     SlurmReads,
 )
+from slurmtower.slurm.jobctl import (
+    JOB_UPDATE_FIELDS,
+    CliJobControl,
+    JobControl,
+    JobRef,
+    JobResults,
+    job_control,
+    parse_job_ids,
+)
 from slurmtower.slurm.runner import CallObserver, CommandResult, CommandRunner
 
 if TYPE_CHECKING:
     from slurmtower.slurm.rest_backend import RestSlurmClient
 
 __all__ = [
+    "JOB_UPDATE_FIELDS",
     "NODE_STATES_SETTABLE",
     "NODE_UPDATE_FIELDS",
     "TRIGGER_EVENTS",
     "CallObserver",
     "Capabilities",
+    "CliJobControl",
     "CliSlurmClient",
     "CommandResult",
     "CommandRunner",
+    "JobControl",
+    "JobRef",
+    "JobResults",
     "RestSlurmClient",
     "SlurmActs",
     "SlurmClient",
     "SlurmReads",
+    "job_control",
     "make_client",
     "make_rest_client",
+    "parse_job_ids",
 ]
 
 
