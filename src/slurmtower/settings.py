@@ -227,6 +227,16 @@ class ActionSettings(_Section):
     still one node per window)."""
     breaker_partition_shares: dict[str, float] = Field(default_factory=dict)
     """Per-partition shares instead of ``breaker_share``, e.g. ``{gpu = 0.05}``."""
+    job_breaker_enabled: bool = True
+    """The breaker of bulk job actions (cancel, hold, requeue, suspend, signal): see
+    :mod:`slurmtower.actions.jobs`."""
+    job_breaker_share: float = Field(default=0.5, gt=0, le=1)
+    """At most this share of the queue acted on within ``breaker_window`` ..."""
+    job_breaker_min_jobs: int = Field(default=100, ge=1)
+    """... and never fewer than this many jobs, however short the queue."""
+    job_admin_comment: bool = True
+    """Set Slurm's ``AdminComment`` of the jobs a job action changes to who acted through
+    slurmtower (``slurmtower: cancel by alice@api (<execution>)``; it replaces the one before)."""
 
     @field_validator("breaker_partition_shares")
     @classmethod

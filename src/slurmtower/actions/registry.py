@@ -83,6 +83,8 @@ class ActionSpec:
     mutating: bool
     permission: Permission
     run: Callable[[Run, Any], Any]
+    own_jobs: bool = False
+    """The ``user`` role may run it on its own jobs (the action checks whose they are)."""
 
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of the parameters."""
@@ -94,6 +96,7 @@ class ActionSpec:
             "description": self.description,
             "mutating": self.mutating,
             "permission": self.permission,
+            "own_jobs": self.own_jobs,
             "parameters": self.schema(),
         }
 
@@ -102,13 +105,13 @@ REGISTRY: dict[str, ActionSpec] = {}
 
 
 def action(
-    name: str, params: type[P], *, mutating: bool, permission: Permission
+    name: str, params: type[P], *, mutating: bool, permission: Permission, own_jobs: bool = False
 ) -> Callable[[Callable[[Run, P], Any]], Callable[[Run, P], Any]]:
     """Register an action: its first docstring line is its description."""
 
     def register(func: Callable[[Run, P], Any]) -> Callable[[Run, P], Any]:
         doc = (func.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = ActionSpec(name, doc[0] if doc else name, params, mutating, permission, func)
+        REGISTRY[name] = ActionSpec(name, doc[0] if doc else name, params, mutating, permission, func, own_jobs)
         return func
 
     return register

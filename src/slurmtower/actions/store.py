@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -288,6 +289,18 @@ class ActionStore:
             "outcome": outcome,
             "message": message[:4000],
         }
+
+    def jobs_acted_since(self, since: datetime, actions: Sequence[str]) -> int:
+        """How many jobs the job actions ``actions`` changed since ``since`` (their audit
+        records' ``after.acted``): what the job breaker counts."""
+        stmt = (select(audit.c.after).where(audit.c.at >= since, audit.c.action.in_(list(actions)),
+                                            audit.c.outcome.in_(["succeeded", "partial"])))
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(stmt).scalars().all()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot read the audit log: {exc.__class__.__name__}") from exc
+        return sum(int(after.get("acted", 0)) for after in rows if isinstance(after, dict))
 
     def list_audit(
         self,

@@ -2,7 +2,8 @@
 
 ``POST /actions/{name}`` returns the same envelope as ``slurmtower run``. Reads need the
 ``reader`` role, node and reservation actions ``operator``, triggers ``admin`` (and their
-program must be in ``auth.trigger_program_allowlist``). The caller's principal is the owner
+program must be in ``auth.trigger_program_allowlist``); job actions ``operator``, or the
+``user`` role on its own jobs (:mod:`slurmtower.actions.jobs`). The caller's principal is the owner
 in drain tags and the ``who`` of the audit log.
 """
 
@@ -21,7 +22,7 @@ from slurmtower.api.deps import ServicesDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import PermissionDenied
-from slurmtower.principal import ACTION_PERM
+from slurmtower.principal import ACTION_PERM, USER
 from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
@@ -79,9 +80,10 @@ async def run_action(
     catalogue = _catalogue(services)
     spec = catalogue.spec(name)
     needed = ACTION_PERM[spec.permission]
-    if principal.perm < needed:
+    if principal.perm < needed and not (spec.own_jobs and principal.role == USER):
         raise PermissionDenied(f"{principal.name} ({principal.role}) may not run {name}: needs "
-                               f"{needed.name.lower()}")
+                               f"{needed.name.lower()}" + (" (or the user role, on its own jobs)" if spec.own_jobs
+                                                           else ""))
     given = parameters or {}
     if shape == "st2":  # the pack's names of config items and job fields
         parameters = st2.pack_params(name, given)

@@ -1,0 +1,610 @@
+"""Job control: ``slurm.job.cancel``, ``.hold``, ``.release``, ``.requeue``, ``.suspend``,
+``.resume``, ``.signal`` and ``.update``.
+
+**Which jobs.** Each action takes ``jobids`` (``123``, an array task ``123_4``, tasks
+``123_[1-5]``, a whole array by its id, a het job ``123`` or component ``123+1``) or
+``criterias`` with ``/queue``'s filters (``user``, ``account``, ``partition``, ``state``,
+``name``, ``nodes``; Slurm applies them itself, as ``squeue``), never both. Jobs of hidden
+partitions are unknown, as everywhere. An unknown id is a one-line error naming it, nothing
+done; one call acts on at most :data:`~slurmtower.slurm.jobctl.MAX_JOB_IDS` jobs.
+
+**What it does to each.** The jobs are read, then each gets its plan (``cancel``,
+``hold`` ... or ``unchanged`` with why: a hold of a job already held, a release of one not
+held); a dry run answers that list and changes nothing: the act builds the same list the
+same way. Then one Slurm call for the whole list (``scancel`` with every id, ``scontrol hold
+1,2,3``), the jobs are read again and each is folded by outcome: ``cancelled``, ``held``,
+``released``, ``requeued``, ``suspended``, ``resumed``, ``signalled``, ``updated``,
+``unchanged``, ``refused`` (with Slurm's message) or ``gone`` (it ended before the act). The
+execution is ``partial`` (exit code 4) when some changed and some were refused or gone,
+``failed`` when none changed and some were.
+
+**Who may.** Operators and admins act on every visible job; the ``user`` role only on its own
+jobs (another user's is refused by id, nothing done; with ``criterias`` the user filter is
+theirs), never an admin hold, a suspend or resume, or fields only an operator may set;
+readers never. The CLI acts with Slurm's own rights (its caller's), a rule with the rule
+file's. Before acting, Slurm's ``AdminComment`` of the jobs is set to who acted through
+slurmtower (``actions.job_admin_comment``), so ``scontrol show job`` and ``sacct`` tell it
+too; the audit record names the person, lists every job by outcome, and the event
+``slurmtower.job.<outcome>`` is recorded for the jobs of each outcome.
+
+**The breaker.** Cancels, holds, requeues, suspends and signals count: more jobs than
+``max(actions.job_breaker_min_jobs, actions.job_breaker_share * queue)`` within
+``actions.breaker_window`` (this call and the job actions recorded before it) is refused
+with ``slurmtower.breaker.tripped``; an admin passes ``override_breaker=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, BreakerTripped
+from slurmtower.actions.params import _Mutating
+from slurmtower.actions.registry import Run, action
+from slurmtower.errors import InvalidInput, NotFound, PermissionDenied
+from slurmtower.models import Job, JobState
+from slurmtower.models.event import Event
+from slurmtower.nodeset import NodeSet, parse_nodeset
+from slurmtower.principal import ADMIN, OPERATOR, USER
+from slurmtower.slurm.jobctl import (
+    JOB_UPDATE_FIELDS,
+    MAX_JOB_IDS,
+    JobRef,
+    JobResults,
+    check_signal,
+    check_update_fields,
+    job_control,
+    parse_job_id,
+    parse_job_ids,
+)
+from slurmtower.visibility import Visibility
+
+__all__ = ["COUNTED", "CRITERIA", "JOB_ACTIONS", "USER_FIELDS"]
+
+log = logging.getLogger(__name__)
+
+#: The ``criterias`` keys: ``/queue``'s filters.
+CRITERIA = ("user", "account", "partition", "state", "name", "nodes")
+#: Fields of ``slurm.job.update`` the ``user`` role may set on its own jobs (Slurm lets a user
+#: change these; a longer time limit, a priority, a QOS ... are an operator's).
+USER_FIELDS = frozenset({"name", "comment", "dependency", "begin_time", "nice", "time_limit", "mail_user",
+                         "mail_type", "features", "requeue"})
+#: The job actions the breaker counts.
+COUNTED = ("slurm.job.cancel", "slurm.job.hold", "slurm.job.requeue", "slurm.job.suspend", "slurm.job.signal")
+JOB_ACTIONS = (*COUNTED, "slurm.job.release", "slurm.job.resume", "slurm.job.update")
+
+#: Slurm's messages for a job that ended (or never was): ``gone`` rather than ``refused``.
+_GONE = ("invalid job id", "already completing or completed", "does not exist", "job has already finished",
+         "already completed")
+_HELD_REASONS = ("JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state")
+_ENDING = frozenset({JobState.COMPLETING, JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED,
+                     JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED, JobState.BOOT_FAIL,
+                     JobState.DEADLINE, JobState.OUT_OF_MEMORY})
+_FINAL = _ENDING - {JobState.COMPLETING}
+_REQUEUED = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED,
+                       JobState.CONFIGURING, JobState.COMPLETING})
+#: The most job ids an event's or the audit's list keeps per outcome (the counts are whole).
+_LISTED = MAX_JOB_IDS
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+_OVERRIDE = ("Go on even when the job breaker would refuse (more jobs than actions.job_breaker_share of the "
+             "queue within actions.breaker_window): admin only, never from a rule.")
+
+
+class _JobTarget(_Mutating):
+    jobids: list[str] | None = Field(default=None, description=(
+        "Job ids: 123, an array task 123_4, tasks 123_[1-5], a whole array or het job by its id, a het "
+        "component 123+1 (a list, or one comma-separated string). Give jobids or criterias."))
+    criterias: dict[str, str | list[str]] | None = Field(default=None, description=(
+        "The jobs /queue's filters select, as squeue: " + ", ".join(CRITERIA) + " (a value or a list), "
+        'e.g. {"partition": "debug", "state": "PENDING"}. Give jobids or criterias.'))
+    override_breaker: bool = Field(default=False, description=_OVERRIDE)
+
+    @field_validator("jobids", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        refs = parse_job_ids(value if isinstance(value, str | int) else list(value))
+        return [r.text for r in refs]
+
+    @field_validator("criterias")
+    @classmethod
+    def _criteria(cls, value: dict[str, str | list[str]] | None) -> dict[str, str | list[str]] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one criterion (" + ", ".join(CRITERIA) + ")")
+        for key, item in value.items():
+            if key not in CRITERIA:
+                raise ValueError(f"unknown criterion {key!r} (known: {', '.join(CRITERIA)})")
+            items = item if isinstance(item, list) else [item]
+            if not items or any(not v.strip() or len(v) > 200 or any(c in v for c in "\n\r") for v in items):
+                raise ValueError(f"{key}: values are non-empty single lines of at most 200 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> _JobTarget:
+        if (self.jobids is None) == (self.criterias is None):
+            raise ValueError("give jobids or criterias (one of them, not both)")
+        return self
+
+
+class JobCancelParams(_JobTarget):
+    signal: str | None = Field(default=None, description="Send this signal instead of ending the job "
+                                                         "(scancel --signal: a name such as USR1, or 1-64).")
+    batch: bool = Field(default=False, description="Only the batch shell (scancel --batch).")
+    full: bool = Field(default=False, description="Every step and the batch shell (scancel --full).")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: str | None) -> str | None:
+        return None if value is None else check_signal(value)
+
+    @model_validator(mode="after")
+    def _shell(self) -> JobCancelParams:
+        if self.batch and self.full:
+            raise ValueError("batch and full exclude each other")
+        return self
+
+
+class JobHoldParams(_JobTarget):
+    uhold: bool = Field(default=False, description="A user hold (scontrol uhold: the job's owner may release "
+                                                   "it) instead of an admin hold (scontrol hold: operators and "
+                                                   "admins only). The user role passes it.")
+
+
+class JobReleaseParams(_JobTarget):
+    pass
+
+
+class JobRequeueParams(_JobTarget):
+    hold: bool = Field(default=False, description="Requeue the jobs held (scontrol requeuehold).")
+
+
+class JobSuspendParams(_JobTarget):
+    pass
+
+
+class JobResumeParams(_JobTarget):
+    pass
+
+
+class JobSignalParams(_JobTarget):
+    signal: str = Field(description="The signal: a name such as USR1 or TERM, or a number 1-64.")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: str) -> str:
+        return check_signal(value)
+
+
+class JobUpdateParams(_JobTarget):
+    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(JOB_UPDATE_FIELDS) + ".")
+
+    @field_validator("infos")
+    @classmethod
+    def _fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if "admin_comment" in value:
+            raise ValueError("admin_comment is slurmtower's record of who acted: it cannot be set")
+        check_update_fields(value)
+        return value
+
+
+# -- selection ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One job id expression acted on and the queue's rows it covers."""
+
+    ref: JobRef
+    jobs: tuple[Job, ...]
+
+    @property
+    def users(self) -> set[str]:
+        return {j.user_name or "" for j in self.jobs}
+
+    @property
+    def first(self) -> Job:
+        return self.jobs[0]
+
+    def summary(self) -> dict[str, Any]:
+        job = self.first
+        return {"user": job.user_name, "partition": job.partition, "state": job.state.value,
+                "reason": job.state_reason, "name": job.name}
+
+
+def _covers(ref: JobRef, job: Job) -> bool:
+    if ref.kind == "job":
+        return ref.job_id in (job.job_id, job.array_job_id, job.het_job_id)
+    if ref.kind == "het":
+        return job.het_job_id == ref.job_id
+    if job.array_job_id != ref.job_id:
+        return False
+    if job.array_task_id is not None:
+        return ref.overlaps([(job.array_task_id, job.array_task_id)])
+    pending = _task_text(job)
+    return pending is not None and ref.overlaps(parse_job_id(f"{ref.job_id}_[{pending}]").tasks or ())
+
+
+def _task_text(job: Job) -> str | None:
+    """The pending tasks of an array's pending record (``5-10``), without ``[]`` and ``%N``."""
+    text = (job.array_task_str or "").strip().strip("[]").split("%")[0]
+    return text or None
+
+
+def _ref_of(job: Job) -> JobRef:
+    """The id expression that names exactly this queue row."""
+    if job.het_job_id:
+        return parse_job_id(str(job.het_job_id))
+    if job.array_job_id and job.array_task_id is not None:
+        return parse_job_id(f"{job.array_job_id}_{job.array_task_id}")
+    pending = _task_text(job)
+    if job.array_job_id and pending is not None:
+        return parse_job_id(f"{job.array_job_id}_[{pending}]" if not pending.isdigit()
+                            else f"{job.array_job_id}_{pending}")
+    return parse_job_id(str(job.job_id))
+
+
+def _policy(run: Run) -> Visibility:
+    return Visibility.from_settings(run.settings) if run.settings is not None else Visibility()
+
+
+def _values(item: str | list[str]) -> list[str]:
+    items = item if isinstance(item, list) else [item]
+    return [v.strip() for part in items for v in part.split(",") if v.strip()]
+
+
+def select(run: Run, p: _JobTarget) -> list[Target]:
+    """The jobs ``p`` names, as the caller may see them (raises :class:`NotFound` for an
+    unknown or hidden id, :class:`InvalidInput` past :data:`MAX_JOB_IDS` jobs)."""
+    policy = _policy(run)
+    if p.jobids is not None:
+        refs = parse_job_ids(p.jobids)
+        rows = policy.jobs(run.client.queue(job_ids=sorted({r.job_id for r in refs})))
+        targets: list[Target] = []
+        unknown: list[str] = []
+        for ref in refs:
+            mine = tuple(j for j in rows if _covers(ref, j))
+            if mine:
+                targets.append(Target(ref, mine))
+            else:
+                unknown.append(ref.text)
+        if unknown:
+            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+            raise NotFound(f"unknown job(s): {', '.join(unknown[:10])}{more} (not in the queue)", param="jobids")
+        return targets
+    crit = {k: _values(v) for k, v in (p.criterias or {}).items()}
+    if run.role == USER:
+        others = [u for u in crit.get("user", []) if u != run.principal]
+        if others:
+            raise PermissionDenied(f"{run.principal} may act only on their own jobs, not on those of "
+                                   f"{', '.join(others)}", param="criterias.user")
+        crit["user"] = [run.principal]
+    nodes: NodeSet | None = None
+    if "nodes" in crit:
+        nodes = parse_nodeset(",".join(crit["nodes"]))
+    rows = policy.jobs(run.client.queue(users=crit.get("user", ()), accounts=crit.get("account", ()),
+                                        partitions=crit.get("partition", ()),
+                                        states=[s.upper() for s in crit.get("state", ())],
+                                        names=crit.get("name", ()), nodes=nodes))
+    if "state" not in crit:  # as squeue: the jobs slurmctld still lists after they ended are left out
+        rows = [j for j in rows if j.state not in _FINAL]
+    by_ref: dict[str, list[Job]] = {}
+    refs_by_text: dict[str, JobRef] = {}
+    for job in sorted(rows, key=lambda j: (j.array_job_id or j.het_job_id or j.job_id, j.array_task_id or 0,
+                                          j.job_id)):
+        ref = _ref_of(job)
+        refs_by_text.setdefault(ref.text, ref)
+        by_ref.setdefault(ref.text, []).append(job)
+    if len(by_ref) > MAX_JOB_IDS:
+        raise InvalidInput(f"criterias select {len(by_ref)} jobs, more than {MAX_JOB_IDS} in one call: narrow "
+                           "the filter", param="criterias")
+    return [Target(refs_by_text[text], tuple(jobs)) for text, jobs in by_ref.items()]
+
+
+# -- rights -------------------------------------------------------------------------------------
+
+
+def _check_rights(run: Run, name: str, targets: Sequence[Target], p: _JobTarget) -> None:
+    """The HTTP caller's role against the jobs (the CLI has Slurm's rights, a rule the file's)."""
+    role = run.role
+    if role is None or role in (OPERATOR, ADMIN):
+        return
+    if role != USER:
+        raise PermissionDenied(f"{run.principal} ({role}) may not run {name}")
+    if name in ("slurm.job.suspend", "slurm.job.resume"):
+        raise PermissionDenied(f"{name} is for operators and admins, as in Slurm ({run.principal} is a user)")
+    if isinstance(p, JobHoldParams) and not p.uhold:
+        raise PermissionDenied("an admin hold is for operators and admins: pass uhold=true for a user hold",
+                               param="uhold")
+    if isinstance(p, JobUpdateParams):
+        theirs = sorted(set(p.infos) - USER_FIELDS)
+        if theirs:
+            raise PermissionDenied(f"job field {theirs[0]!r} is set by operators and admins (a user may set "
+                                   f"{', '.join(sorted(USER_FIELDS))})", param=theirs[0])
+        if "time_limit" in p.infos:
+            _check_shorter(targets, p.infos["time_limit"])
+        if "nice" in p.infos and int(p.infos["nice"]) < 0:
+            raise PermissionDenied("a negative nice (a higher priority) is for operators and admins", param="nice")
+    others = [t.ref.text for t in targets if t.users - {run.principal}]
+    if others:
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        raise PermissionDenied(f"{run.principal} may act only on their own jobs: {', '.join(others[:10])}{more} "
+                               "belong to other users; nothing done", param="jobids")
+
+
+def _check_shorter(targets: Sequence[Target], value: Any) -> None:
+    minutes = check_update_fields({"time_limit": value})["time_limit"]
+    if not isinstance(minutes, int | timedelta):
+        raise PermissionDenied("an unlimited time limit is for operators and admins", param="time_limit")
+    asked = minutes if isinstance(minutes, timedelta) else timedelta(minutes=minutes)
+    longer = [t.ref.text for t in targets if any(j.time_limit is None or asked > j.time_limit for j in t.jobs)]
+    if longer:
+        raise PermissionDenied(f"a longer time limit is for operators and admins (jobs {', '.join(longer[:10])})",
+                               param="time_limit")
+
+
+def _check_override(run: Run, p: _JobTarget) -> None:
+    if not p.override_breaker:
+        return
+    if run.via == "rule":
+        raise PermissionDenied("a rule cannot override the job breaker (override_breaker)", param="override_breaker")
+    if run.role is not None and run.role != ADMIN:
+        raise PermissionDenied(f"override_breaker needs the admin role ({run.principal} is {run.role})",
+                               param="override_breaker")
+
+
+# -- the plan -----------------------------------------------------------------------------------
+
+Verb = Literal["cancel", "signal", "hold", "release", "requeue", "suspend", "resume", "update"]
+_DONE: dict[str, str] = {"cancel": "cancelled", "signal": "signalled", "hold": "held", "release": "released",
+                         "requeue": "requeued", "suspend": "suspended", "resume": "resumed", "update": "updated"}
+
+
+def _held(job: Job) -> bool:
+    """A held pending job: Slurm's hold reasons (squeue joins those of an array's pending tasks:
+    ``BeginTime,JobHeldAdmin``), or a requeue-held one (priority 0)."""
+    reason = job.state_reason or ""
+    return job.state is JobState.PENDING and (any(r in reason for r in _HELD_REASONS) or job.priority == 0)
+
+
+def _why_unchanged(verb: str, t: Target) -> str | None:
+    """Why a job needs nothing (``None``: it gets the verb)."""
+    jobs = t.jobs
+    if verb in ("cancel", "signal") and all(j.state in _ENDING for j in jobs):
+        return f"already {jobs[0].state.value.lower()}"
+    if verb in ("hold", "release") and not any(j.state is JobState.PENDING for j in jobs):
+        return f"not pending ({jobs[0].state.value.lower()}): only pending jobs are held"
+    if verb in ("requeue", "signal", "suspend") and all(j.state is JobState.PENDING for j in jobs):
+        return "pending: not started"
+    if verb == "hold" and all(_held(j) for j in jobs):
+        return "already held"
+    if verb == "release" and not any(_held(j) for j in jobs):
+        return "not held"
+    if verb == "suspend" and all(j.state is JobState.SUSPENDED for j in jobs):
+        return "already suspended"
+    if verb == "resume" and not any(j.state is JobState.SUSPENDED for j in jobs):
+        return "not suspended"
+    return None
+
+
+def _took(verb: str, before: Target, after: Sequence[Job]) -> bool:
+    """Whether the queue read after the act shows the change (a job gone counts as ended)."""
+    if verb in ("signal", "update"):
+        return True
+    if not after:
+        return verb in ("cancel", "requeue")
+    if verb == "cancel":
+        return all(j.state in _ENDING for j in after)
+    if verb == "hold":
+        return all(_held(j) for j in after)
+    if verb == "release":
+        return not any(_held(j) for j in after)
+    if verb == "requeue":
+        return all(j.state in _REQUEUED for j in after)
+    if verb == "suspend":
+        return all(j.state is JobState.SUSPENDED for j in after)
+    return not any(j.state is JobState.SUSPENDED for j in after)  # resume
+
+
+# -- the breaker --------------------------------------------------------------------------------
+
+
+def _breaker(run: Run, name: str, p: _JobTarget, acting: int) -> dict[str, Any] | None:
+    settings = run.settings.actions if run.settings is not None else None
+    if settings is None or not settings.job_breaker_enabled or name not in COUNTED or not acting:
+        return None
+    _check_override(run, p)
+    window = settings.breaker_window
+    since = datetime.now(UTC) - timedelta(seconds=window)
+    store = run.store
+    earlier = store.jobs_acted_since(since, COUNTED) if store is not None else 0
+    if earlier + acting <= settings.job_breaker_min_jobs:
+        return None
+    queue = len(run.client.job_ids())
+    limit = max(settings.job_breaker_min_jobs, math.floor(settings.job_breaker_share * queue + 1e-9))
+    if earlier + acting <= limit:
+        return None
+    facts = {"action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
+             "window": window, "queue": queue, "share": settings.job_breaker_share, "limit": limit,
+             "earlier": earlier, "requested": acting}
+    if p.override_breaker:
+        run.stdout.append(f"job breaker overridden: {earlier + acting} jobs within {window:g} s (limit {limit})")
+        if not run.dry_run:
+            _event(run, OVERRIDDEN, facts)
+        return {"overridden": True, **facts}
+    if not run.dry_run:
+        _event(run, TRIPPED, facts)
+    raise BreakerTripped(
+        f"job breaker: {name} of {acting} job(s) would make {earlier + acting} acted on within {window:g} s, "
+        f"more than its limit of {settings.job_breaker_share:.0%} of the {queue} queued ({limit}); nothing "
+        "changed (an admin may pass override_breaker=true)", param="jobids" if p.jobids is not None else "criterias",
+        breaker=facts)
+
+
+def _event(run: Run, kind: str, payload: dict[str, Any]) -> None:
+    """An event in the store's log; a failure is logged, never raised (the answer stands)."""
+    store = run.store
+    if store is None:
+        return
+    from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, job actions that record only
+
+    try:
+        EventStore(store.engine, create=False).append(
+            [Event(type=kind, time=datetime.now(UTC), source=run.via, node=None, payload=payload)])
+    except Exception:  # the act is done; the log says the event is missing
+        log.exception("cannot record the event %s", kind)
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def _admin_comment(run: Run, verb: str) -> str:
+    return f"slurmtower: {verb} by {run.principal}@{run.via} ({(run.execution_id or '')[:12]})"[:255]
+
+
+def _listed(ids: Iterable[str]) -> list[str]:
+    return list(ids)[:_LISTED]
+
+
+def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequence[JobRef]], JobResults],
+            ) -> dict[str, Any]:
+    """Select, check, plan, act once, read again and fold: the body of every job action."""
+    targets = select(run, p)
+    _check_rights(run, name, targets, p)
+    plan = {t.ref.text: _why_unchanged(verb, t) for t in targets}
+    acting = [t for t in targets if plan[t.ref.text] is None]
+    run.before = {"jobs": len(targets), "states": _count(t.first.state.value for t in targets)}
+    breaker = _breaker(run, name, p, len(acting))
+    jobs: dict[str, dict[str, Any]] = {t.ref.text: {**t.summary(), "would": verb if plan[t.ref.text] is None
+                                                    else "unchanged"} for t in targets}
+    for text, why in plan.items():
+        if why is not None:
+            jobs[text]["why"] = why
+    result: dict[str, Any] = {"action": verb, "selected": len(targets), "acting": len(acting), "jobs": jobs}
+    if breaker is not None:
+        result["breaker"] = breaker
+    if run.dry_run:
+        run.stdout.append(f"dry run: would {verb} {len(acting)} of {len(targets)} job(s)")
+        return {**result, "dry_run": True}
+    answers: JobResults = {}
+    if acting:
+        refs = [t.ref for t in acting]
+        settings = run.settings.actions if run.settings is not None else None
+        if settings is None or settings.job_admin_comment:
+            job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
+        answers = call(refs)
+    after = run.client.queue(job_ids=sorted({t.ref.job_id for t in acting})) if acting else []
+    outcomes: dict[str, list[str]] = {}
+    for t in targets:
+        text = t.ref.text
+        entry = jobs[text]
+        del entry["would"]
+        if plan[text] is not None:
+            outcome = "unchanged"
+        else:
+            message = answers.get(text)
+            rows = [j for j in after if _covers(t.ref, j)]
+            if message is not None:
+                outcome = "gone" if any(m in message.lower() for m in _GONE) else "refused"
+                entry["message"] = message
+            elif _took(verb, t, rows):
+                outcome = _DONE[verb]
+            else:
+                outcome = "unchanged"
+                entry["why"] = "Slurm accepted it but the job shows no change"
+            entry["state_after"] = rows[0].state.value if rows else None
+        entry["outcome"] = outcome
+        outcomes.setdefault(outcome, []).append(text)
+    counts = {k: len(v) for k, v in outcomes.items()}
+    changed = counts.get(_DONE[verb], 0)
+    missed = counts.get("refused", 0) + counts.get("gone", 0) + sum(
+        1 for t in acting if jobs[t.ref.text]["outcome"] == "unchanged")
+    run.after = {"acted": changed, "counts": counts, "jobs": {k: _listed(v) for k, v in outcomes.items()}}
+    if missed and changed:
+        run.partial = f"{verb}: {changed} job(s) {_DONE[verb]}, {missed} not ({_fold_counts(counts)})"
+    elif missed:
+        run.failed = f"{verb}: no job {_DONE[verb]} ({_fold_counts(counts)})"
+    for outcome, ids in outcomes.items():
+        if outcome != "unchanged":
+            _event(run, f"slurmtower.job.{outcome}", {
+                "action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
+                "count": len(ids), "jobs": _listed(ids)})
+    run.stdout.append(f"{verb}: {_fold_counts(counts)}")
+    return {**result, "outcomes": {k: _listed(v) for k, v in outcomes.items()}, "counts": counts}
+
+
+def _count(values: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _fold_counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+
+# -- the actions --------------------------------------------------------------------------------
+
+
+@action("slurm.job.cancel", JobCancelParams, mutating=True, permission="operate", own_jobs=True)
+def job_cancel(run: Run, p: JobCancelParams) -> dict[str, Any]:
+    """Cancel jobs (or send them a signal) by id or by filter, with an outcome per job."""
+    return control(run, "slurm.job.cancel", "signal" if p.signal else "cancel", p,
+                   lambda refs: job_control(run.client).cancel(refs, signal=p.signal, batch=p.batch, full=p.full))
+
+
+@action("slurm.job.hold", JobHoldParams, mutating=True, permission="operate", own_jobs=True)
+def job_hold(run: Run, p: JobHoldParams) -> dict[str, Any]:
+    """Hold pending jobs (an admin hold, or a user hold with uhold), by id or by filter."""
+    return control(run, "slurm.job.hold", "hold", p, lambda refs: job_control(run.client).hold(refs, user=p.uhold))
+
+
+@action("slurm.job.release", JobReleaseParams, mutating=True, permission="operate", own_jobs=True)
+def job_release(run: Run, p: JobReleaseParams) -> dict[str, Any]:
+    """Release held jobs, by id or by filter."""
+    return control(run, "slurm.job.release", "release", p, lambda refs: job_control(run.client).release(refs))
+
+
+@action("slurm.job.requeue", JobRequeueParams, mutating=True, permission="operate", own_jobs=True)
+def job_requeue(run: Run, p: JobRequeueParams) -> dict[str, Any]:
+    """Requeue jobs (optionally held), by id or by filter."""
+    return control(run, "slurm.job.requeue", "requeue", p,
+                   lambda refs: job_control(run.client).requeue(refs, hold=p.hold))
+
+
+@action("slurm.job.suspend", JobSuspendParams, mutating=True, permission="operate", own_jobs=True)
+def job_suspend(run: Run, p: JobSuspendParams) -> dict[str, Any]:
+    """Suspend running jobs (operators and admins), by id or by filter."""
+    return control(run, "slurm.job.suspend", "suspend", p, lambda refs: job_control(run.client).suspend(refs))
+
+
+@action("slurm.job.resume", JobResumeParams, mutating=True, permission="operate", own_jobs=True)
+def job_resume(run: Run, p: JobResumeParams) -> dict[str, Any]:
+    """Resume suspended jobs (operators and admins), by id or by filter."""
+    return control(run, "slurm.job.resume", "resume", p, lambda refs: job_control(run.client).resume(refs))
+
+
+@action("slurm.job.signal", JobSignalParams, mutating=True, permission="operate", own_jobs=True)
+def job_signal(run: Run, p: JobSignalParams) -> dict[str, Any]:
+    """Send a signal to jobs, by id or by filter."""
+    return control(run, "slurm.job.signal", "signal", p,
+                   lambda refs: job_control(run.client).signal(refs, p.signal))
+
+
+@action("slurm.job.update", JobUpdateParams, mutating=True, permission="operate", own_jobs=True)
+def job_update(run: Run, p: JobUpdateParams) -> dict[str, Any]:
+    """Change jobs' fields (time limit, partition, QOS, account, nice, comment ...), by id or by filter."""
+    return control(run, "slurm.job.update", "update", p,
+                   lambda refs: job_control(run.client).update(refs, p.infos))

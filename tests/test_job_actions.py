@@ -1,0 +1,280 @@
+"""Job control through the catalogue, the HTTP API and the CLI, on the local cluster: each
+action on pending, running and array jobs, dry runs equal to squeue's list, the user role on
+its own jobs, the job breaker, partial outcomes, bad input, the audit and AdminComment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmtower.actions import Catalogue
+from slurmtower.api import create_app
+from slurmtower.api.security import hash_token
+from slurmtower.errors import InvalidInput, NotFound
+from slurmtower.runtime import Services
+from slurmtower.settings import Settings, TokenEntry
+from slurmtower.slurm import CliSlurmClient
+
+from .conftest import sh, submit, wait_for
+from .test_actions_api import Http
+
+pytestmark = [pytest.mark.cluster]
+
+TOKENS = {"reader": ("reader-bot", "r-token-123"), "operator": ("operator-bot", "o-token-456"),
+          "admin": ("admin-bot", "a-token-789"), "alice": ("alice", "u-token-alice"), "bob": ("bob", "u-token-bob")}
+SCRIPT = str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "slurmtower")
+
+
+def auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who][1]}"}
+
+
+def state(job: int | str) -> str:
+    """squeue's state and reason of a job (``""`` once it left the queue)."""
+    return sh("squeue", "-h", "-j", str(job), "-o", "%T %r", check=False).strip()
+
+
+@pytest.fixture()
+def jobs(devcluster: Any) -> Iterator[list[int]]:
+    """Jobs submitted by the test (appended to the list), cancelled after it."""
+    submitted: list[int] = []
+    yield submitted
+    if submitted:
+        sh("scancel", *map(str, submitted), check=False)
+
+
+def pending(user: str, jobs: list[int], *args: str) -> int:
+    job = submit(user, "--begin=now+1hour", "-J", "st-jobctl", *args, "--wrap", "sleep 300")
+    jobs.append(job)
+    return job
+
+
+def running(user: str, jobs: list[int], *args: str) -> int:
+    job = submit(user, "-J", "st-jobctl", *args, "--wrap", "sleep 300")
+    jobs.append(job)
+    wait_for(lambda: state(job).startswith("RUNNING"), 30, what=f"job {job} running")
+    return job
+
+
+@pytest.fixture()
+def catalogue(settings: Settings, client: CliSlurmClient) -> Iterator[Catalogue]:
+    cat = Catalogue.from_settings(settings, client=client)
+    yield cat
+    cat.close()
+
+
+def act(cat: Catalogue, name: str, params: dict[str, Any], **kw: Any) -> Any:
+    return cat.execute(name, params, principal=kw.pop("who", "root"), via=kw.pop("via", "cli"), **kw)
+
+
+@pytest.fixture()
+def http(settings: Settings, client: CliSlurmClient) -> Iterator[Http]:
+    settings.auth.tokens = [TokenEntry(name=name, role="user" if who in ("alice", "bob") else who,  # type: ignore[arg-type]
+                                       sha256=hash_token(tok)) for who, (name, tok) in TOKENS.items()]
+    yield Http(create_app(services=Services(settings=settings, client=client)))
+
+
+def test_each_action_on_pending_running_and_array_jobs(catalogue: Catalogue, jobs: list[int]) -> None:
+    wait = pending("root", jobs)
+    run = running("root", jobs)
+    array = pending("root", jobs, "--array=1-4")
+    env = act(catalogue, "slurm.job.hold", {"jobids": [wait, f"{array}_[2-3]", run]})
+    assert env.status == "succeeded" and env.exit_code == 0, env.stderr
+    assert env.result["outcomes"] == {"held": [str(wait), f"{array}_[2-3]"], "unchanged": [str(run)]}
+    assert env.result["jobs"][str(run)]["why"].startswith("not pending")
+    assert state(wait) == "PENDING JobHeldAdmin" and state(f"{array}_2") == "PENDING JobHeldAdmin"
+    assert "JobHeld" not in state(f"{array}_1")  # the other tasks are untouched
+    assert "slurmtower: hold by root@cli" in sh("scontrol", "show", "job", str(wait))
+    env = act(catalogue, "slurm.job.release", {"jobids": [wait, array]})
+    assert env.result["counts"] == {"released": 2} and "JobHeld" not in state(wait)
+    assert act(catalogue, "slurm.job.suspend", {"jobids": [run]}).result["outcomes"] == {"suspended": [str(run)]}
+    assert state(run).startswith("SUSPENDED")
+    assert act(catalogue, "slurm.job.resume", {"jobids": [run]}).result["outcomes"] == {"resumed": [str(run)]}
+    assert act(catalogue, "slurm.job.signal", {"jobids": [run], "signal": "USR1"}).result["counts"] == {
+        "signalled": 1}
+    env = act(catalogue, "slurm.job.update", {"jobids": [wait], "infos": {"time_limit": 7, "comment": "moved"}})
+    assert env.result["outcomes"] == {"updated": [str(wait)]}
+    shown = sh("scontrol", "show", "job", str(wait))
+    assert "TimeLimit=00:07:00" in shown and "Comment=moved" in shown
+    env = act(catalogue, "slurm.job.requeue", {"jobids": [run], "hold": True})
+    assert env.result["outcomes"] == {"requeued": [str(run)]}
+    wait_for(lambda: state(run).startswith("PENDING"), 30, what="requeued held")
+    env = act(catalogue, "slurm.job.cancel", {"jobids": [wait, run, array]})
+    assert env.result["counts"] == {"cancelled": 3} and env.status == "succeeded"
+    assert all(state(j) in ("", "COMPLETING") or state(j).startswith("CANCELLED") for j in (wait, run, array))
+
+
+def test_a_dry_run_lists_what_squeue_lists_and_changes_nothing(catalogue: Catalogue, jobs: list[int]) -> None:
+    mine = [pending("alice", jobs), pending("alice", jobs, "--array=1-3"), pending("alice", jobs, "-p", "batch")]
+    other = pending("bob", jobs)
+    criterias = {"user": "alice", "partition": "debug", "state": "PENDING"}
+    env = act(catalogue, "slurm.job.hold", {"criterias": criterias, "dry_run": True})
+    listed = sh("squeue", "-h", "-u", "alice", "-p", "debug", "-t", "PENDING", "-o", "%i").split()
+    assert sorted(env.result["jobs"]) == sorted(listed) and len(listed) == 2
+    assert all(v["would"] == "hold" for v in env.result["jobs"].values()) and env.dry_run
+    assert str(other) not in env.result["jobs"] and str(mine[2]) not in env.result["jobs"]
+    assert not any("JobHeld" in state(j) for j in [*mine, other])  # nothing changed
+    # the act builds the same list the same way
+    env = act(catalogue, "slurm.job.hold", {"criterias": criterias})
+    assert sorted(env.result["outcomes"]["held"]) == sorted(listed)
+
+
+def test_the_user_role_acts_on_its_own_jobs_only(http: Http, jobs: list[int]) -> None:
+    alice, bob = pending("alice", jobs), pending("bob", jobs)
+    refused = http.post("/actions/slurm.job.cancel", json={"jobids": [alice, bob]}, headers=auth("alice"))
+    assert refused.status_code == 403 and str(bob) in refused.json()["detail"], refused.text
+    assert "nothing done" in refused.json()["detail"] and state(alice) == "PENDING BeginTime"
+    theirs = http.post("/actions/slurm.job.hold", json={"criterias": {"user": "bob"}, "uhold": True},
+                       headers=auth("alice"))
+    assert theirs.status_code == 403 and theirs.json()["param"] == "criterias.user"
+    admin_hold = http.post("/actions/slurm.job.hold", json={"jobids": [alice]}, headers=auth("alice"))
+    assert admin_hold.status_code == 403 and admin_hold.json()["param"] == "uhold"
+    assert http.post("/actions/slurm.job.suspend", json={"jobids": [alice]}, headers=auth("alice")).status_code == 403
+    longer = http.post("/actions/slurm.job.update", json={"jobids": [alice], "infos": {"priority": 9}},
+                       headers=auth("alice"))
+    assert longer.status_code == 403 and longer.json()["param"] == "priority"
+    reader = http.post("/actions/slurm.job.cancel", json={"jobids": [alice]}, headers=auth("reader"))
+    assert reader.status_code == 403 and "user role" in reader.json()["detail"]
+    assert state(alice) == "PENDING BeginTime" and state(bob) == "PENDING BeginTime"
+    # her own: a user hold, then the cancel; the audit names her, AdminComment too
+    held = http.post("/actions/slurm.job.hold", json={"criterias": {"state": "PENDING"}, "uhold": True},
+                     headers=auth("alice"))
+    assert held.status_code == 200 and held.json()["result"]["outcomes"] == {"held": [str(alice)]}, held.text
+    assert state(alice) == "PENDING JobHeldUser" and state(bob) == "PENDING BeginTime"
+    done = http.post("/actions/slurm.job.cancel", json={"jobids": [alice]}, headers=auth("alice"))
+    assert done.status_code == 200 and done.json()["result"]["counts"] == {"cancelled": 1}
+    assert "slurmtower: cancel by alice@api" in sh("scontrol", "show", "job", str(alice))
+    audit = http.get("/audit", params={"action": "slurm.job.cancel"}, headers=auth("admin")).json()
+    outcome = next(r for r in audit["records"] if r["outcome"] == "succeeded")
+    assert outcome["who"] == "alice" and outcome["after"]["jobs"] == {"cancelled": [str(alice)]}
+    # an operator acts on anyone's
+    ops = http.post("/actions/slurm.job.cancel", json={"jobids": [bob]}, headers=auth("operator"))
+    assert ops.status_code == 200 and ops.json()["result"]["counts"] == {"cancelled": 1}
+
+
+def test_hidden_partitions_jobs_are_unknown(http: Http, settings: Settings, jobs: list[int]) -> None:
+    settings.api.hidden_partitions = ["batch"]
+    hidden = pending("alice", jobs, "-p", "batch")
+    answer = http.post("/actions/slurm.job.cancel", json={"jobids": [hidden]}, headers=auth("admin"))
+    assert answer.status_code == 404 and answer.json()["param"] == "jobids"
+    listed = http.post("/actions/slurm.job.hold", json={"criterias": {"user": "alice"}, "dry_run": True},
+                       headers=auth("admin"))
+    assert str(hidden) not in listed.json()["result"]["jobs"] and state(hidden) == "PENDING BeginTime"
+
+
+def test_the_job_breaker_at_its_threshold(http: Http, settings: Settings, jobs: list[int]) -> None:
+    settings.actions.job_breaker_min_jobs = 2
+    settings.actions.job_breaker_share = 0.01
+    three = [pending("root", jobs) for _ in range(3)]
+    assert http.post("/actions/slurm.job.hold", json={"jobids": three[:2]}, headers=auth("operator")).status_code == 200
+    # two held within the window: one more trips it
+    tripped = http.post("/actions/slurm.job.hold", json={"jobids": three[2:]}, headers=auth("operator"))
+    assert tripped.status_code == 409 and "job breaker" in tripped.json()["detail"], tripped.text
+    assert state(three[2]) == "PENDING BeginTime"
+    events = http.get("/events", params={"type": "slurmtower.breaker.tripped"}, headers=auth("admin")).json()
+    assert any(e["payload"]["action"] == "slurm.job.hold" for e in events)
+    forced = http.post("/actions/slurm.job.hold", json={"jobids": three[2:], "override_breaker": True},
+                       headers=auth("operator"))
+    assert forced.status_code == 403 and forced.json()["param"] == "override_breaker"
+    forced = http.post("/actions/slurm.job.hold", json={"jobids": three[2:], "override_breaker": True},
+                       headers=auth("admin"))
+    assert forced.status_code == 200 and forced.json()["result"]["breaker"]["overridden"] is True
+    assert state(three[2]) == "PENDING JobHeldAdmin"
+    # releases do not count
+    assert http.post("/actions/slurm.job.release", json={"jobids": three}, headers=auth("operator")).status_code == 200
+
+
+class _EndsOneJob(CliSlurmClient):
+    """A real client; right after the action reads the queue, one job really ends in Slurm
+    (as if its owner cancelled it between the dry run and the act)."""
+
+    victim = 0
+
+    def queue(self, **kw: Any) -> Any:
+        jobs = super().queue(**kw)
+        if self.victim:
+            sh("scancel", str(self.victim))
+            wait_for(lambda: not state(self.victim).startswith("PENDING"), 10, what="the job ended")
+            self.victim = 0
+        return jobs
+
+
+def test_a_job_that_ended_before_the_act_makes_a_partial_outcome(settings: Settings, runner: Any,
+                                                                 jobs: list[int]) -> None:
+    keep, ends = pending("root", jobs), pending("root", jobs)
+    racing = _EndsOneJob(runner)
+    racing.victim = ends
+    cat = Catalogue.from_settings(settings, client=racing)
+    try:
+        env = act(cat, "slurm.job.hold", {"jobids": [keep, ends]})
+    finally:
+        cat.close()
+    assert env.status == "partial" and env.exit_code == 4, env
+    assert env.result["outcomes"] == {"held": [str(keep)], "gone": [str(ends)]}
+    assert env.result["jobs"][str(ends)]["message"]
+
+
+def test_a_refusal_by_slurm_is_named_per_job(catalogue: Catalogue, jobs: list[int]) -> None:
+    wait, run = pending("root", jobs), running("root", jobs)
+    env = act(catalogue, "slurm.job.update", {"jobids": [wait, run], "infos": {"partition": "batch"}})
+    assert env.status == "partial" and env.exit_code == 4
+    assert env.result["outcomes"] == {"updated": [str(wait)], "refused": [str(run)]}
+    assert env.result["jobs"][str(run)]["message"]
+    assert "Partition=batch" in sh("scontrol", "show", "job", str(wait))
+
+
+@pytest.mark.parametrize(("params", "param", "text"), [
+    ({"jobids": ["999999"]}, "jobids", "unknown job(s): 999999"),
+    ({"jobids": ["12_[5-1]"]}, "jobids", "12_[5-1]"),
+    ({"jobids": ["abc"]}, "jobids", "'abc'"),
+    ({"jobids": ["1"], "criterias": {"user": "alice"}}, None, "not both"),
+    ({}, None, "give jobids or criterias"),
+    ({"criterias": {"owner": "alice"}}, "criterias", "unknown criterion 'owner'"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(catalogue: Catalogue, jobs: list[int], params: dict[str, Any],
+                                                   param: str | None, text: str) -> None:
+    wait = pending("root", jobs)
+    with pytest.raises((InvalidInput, NotFound)) as err:
+        act(catalogue, "slurm.job.cancel", params)
+    assert text in err.value.message and "\n" not in err.value.message
+    if param is not None:
+        assert err.value.extra["param"] == param
+    assert state(wait) == "PENDING BeginTime"
+
+
+def test_a_field_slurm_cannot_update_is_named(catalogue: Catalogue, jobs: list[int]) -> None:
+    wait = pending("root", jobs)
+    with pytest.raises(InvalidInput) as err:
+        act(catalogue, "slurm.job.update", {"jobids": [wait], "infos": {"colour": "red", "comment": "x"}})
+    assert "colour" in err.value.message
+    with pytest.raises(InvalidInput, match="admin_comment"):
+        act(catalogue, "slurm.job.update", {"jobids": [wait], "infos": {"admin_comment": "forged"}})
+    assert "Comment=x" not in sh("scontrol", "show", "job", str(wait))
+
+
+def test_the_cli_prints_the_envelope_and_exits_4_on_a_partial(devcluster: Any, tmp_path: Path,
+                                                              jobs: list[int]) -> None:
+    env = {**os.environ, "SLURM_CONF": str(devcluster.slurm_conf), "SLURMTOWER_CONFIG": str(devcluster.tower_conf),
+           "SLURMTOWER_STATE_DIR": str(tmp_path)}
+    wait, run = pending("root", jobs), running("root", jobs)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    res = cli("run", "slurm.job.update", f"jobids={wait},{run}", 'infos={"partition": "batch"}', "-o", "json")
+    assert res.returncode == 4 and res.stderr.startswith("slurmtower: partial: slurm.job.update"), res.stderr
+    assert json.loads(res.stdout)["result"]["counts"] == {"refused": 1, "updated": 1}
+    res = cli("run", "slurm.job.cancel", "jobids=1_[", "-o", "json")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "jobids" in res.stderr
+    res = cli("run", "slurm.job.cancel", f"jobids={wait}", "--dry-run", "-o", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["result"]["jobs"][str(wait)]["would"] == "cancel"
+    assert state(wait).startswith("PENDING")
+    res = cli("run", "slurm.job.cancel", f"jobids={wait},{run}")
+    assert res.returncode == 0 and "cancel: 2 cancelled" in res.stdout
+
