@@ -625,7 +625,8 @@ def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settin
     settings = Settings(state_dir=tmp_path)
     settings.events.rules_dir = rules_dir
     settings.events.rules_config = {"webhook_url": hook.url,
-                                    "chassis": {"n1": "n[1-2]", "n2": "n[1-2]", "n3": "n[3-4]", "n4": "n[3-4]"}}
+                                    "chassis": {"n1": "n[1-2]", "n2": "n[1-2]", "n3": "n[3-4]", "n4": "n[3-4]"},
+                                    "maintenance_partition": {"n2": "debug"}}
     cat = Catalogue()
     engine = build_rule_engine(settings, store, None, dispatcher=cat)  # type: ignore[arg-type]
     assert sorted(r.name for r in engine.rules) == sorted(names)
@@ -638,6 +639,8 @@ def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settin
               payload={"uuid": uuid, "class": "node", "type": "drained", "argument": "n3", "nodes": ["n3"]}),
         node_event("n1"),  # DOWN
         node_event("n3", state="IDLE", flags=["DRAIN"], flags_added=["DRAIN"], reason="disk"),
+        Event(type="slurmtower.maintain.started", time=T0, source="maintain", node="n2",
+              payload={"run": "r1", "step": "started"}),
     ])
     runs = engine.process_pending()
     by_rule = {r.rule: r for r in runs}
@@ -648,6 +651,8 @@ def test_every_shipped_example_runs_once_enabled_with_its_config_from_the_settin
     assert params["slurm.trigger.set"]["program"].startswith(f"/usr/bin/python3 {tmp_path}/slurmtower-notify.py")
     assert f"--key-file {tmp_path}/sensor.key" in params["slurm.trigger.set"]["program"]
     assert len(hook.requests) == 1 and json.loads(hook.requests[0]["body"])["node"] == "n1"
+    assert params["slurm.job.requeue"]["criterias"] == {"nodes": "n1", "state": "RUNNING"}
+    assert params["slurm.job.hold"]["criterias"] == {"partition": "debug", "state": "PENDING"}
 
 
 def test_rules_config_cannot_override_slurmtowers_own_keys(store: EventStore, tmp_path: Path) -> None:
