@@ -50,6 +50,7 @@ __all__ = [
     "JobPage",
     "QueueQuery",
     "RunView",
+    "criterias_json",
     "duration_text",
     "efficiency",
     "history_form",
@@ -138,6 +139,12 @@ def node_links(nodes: str | None, limit: int = NODE_LINKS) -> list[str] | None:
 
 
 # -- the queue page ----------------------------------------------------------------------------
+def criterias_json(form: Mapping[str, str]) -> str:
+    """The page's filters as a job action's ``criterias`` (JSON; ``{}`` without a filter)."""
+    return json.dumps({k: form[k] for k in QUEUE_FILTERS if form.get(k)}, sort_keys=True)
+
+
+
 @dataclass(frozen=True)
 class QueueQuery:
     """A parsed ``/ui/jobs`` query."""

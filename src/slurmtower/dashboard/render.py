@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.responses import HTMLResponse
 
 from slurmtower import __version__
-from slurmtower.principal import CSRF_HEADER, Principal
+from slurmtower.principal import CSRF_HEADER, USER, Principal
 
 __all__ = ["NAV", "env", "page_context", "render"]
 
@@ -36,7 +36,8 @@ def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse
 
 
 def page_context(principal: Principal, cluster_name: str | None, active: str) -> dict[str, Any]:
-    """What a page's header needs: who reads it, the cluster's name, the current page's path
-    and whether the reader may act (drain, resume ...)."""
+    """What a page's header needs: who reads it, the cluster's name, the current page's path,
+    whether the reader may act (drain, resume ...) and act on jobs (operators, admins, and a
+    ``user`` on its own: the API checks whose they are)."""
     return {"principal": principal, "cluster": cluster_name or "slurm", "active": active,
-            "can_operate": principal.may_operate}
+            "can_operate": principal.may_operate, "can_act_jobs": principal.may_operate or principal.role == USER}

@@ -1,5 +1,6 @@
-/* slurmtower pages: log out, the drain / resume buttons (rendered for operators only; the API
-   checks again) with their confirmation dialog, and parts of a page that keep themselves
+/* slurmtower pages: log out, the drain / resume buttons and the job actions (a dry run lists the
+   jobs in the confirmation) with their confirmation dialog (rendered for those who may act; the
+   API checks again), and parts of a page that keep themselves
    current: an element with an id and data-live="<seconds>" is fetched again from the page's own
    URL that often while the tab is visible (and right after a drain or resume) and swapped in,
    the keyboard focus kept. A page that shows node states may also listen for the
@@ -14,9 +15,58 @@
   const dialog = document.getElementById("confirm");
   const result = document.getElementById("action-result");
   let pending = null;
+  const jobList = document.getElementById("confirm-jobs");
+  function post(action, params) {
+    return fetch("/actions/" + action, {
+      method: "POST", credentials: "same-origin",
+      headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
+  }
+  async function answer(resp) {
+    try { return await resp.json(); } catch (e) { return {}; }
+  }
+  function failed(resp, body) {
+    return (body.error && body.error.detail) || body.detail || resp.statusText;
+  }
+  /* --- job actions: a dry run lists the jobs, the confirmation acts on the same selection --- */
+  async function reviewJobs(btn) {
+    const action = btn.dataset.actionFrom ? document.getElementById(btn.dataset.actionFrom).value : btn.dataset.action;
+    const params = Object.assign({}, JSON.parse(btn.dataset.params || "{}"));
+    if (btn.dataset.jobs) { params.jobids = [btn.dataset.jobs]; } else { params.criterias = JSON.parse(btn.dataset.criterias); }
+    if (action !== "slurm.job.hold") { delete params.uhold; }
+    const verb = action.split(".").pop();
+    result.className = "";
+    result.textContent = verb + ": listing the jobs\u2026";
+    const resp = await post(action, Object.assign({dry_run: true}, params));
+    const body = await answer(resp);
+    if (!resp.ok) { result.className = "error"; result.textContent = verb + " refused: " + failed(resp, body); return; }
+    result.textContent = "";
+    const jobs = Object.entries(body.result.jobs);
+    const acting = jobs.filter(([, j]) => j.would !== "unchanged");
+    pending = {action: action, params: params, label: verb + " " + acting.length + " job" + (acting.length === 1 ? "" : "s")};
+    document.getElementById("confirm-title").textContent = verb[0].toUpperCase() + verb.slice(1) + " " +
+      acting.length + " of " + jobs.length + " job" + (jobs.length === 1 ? "" : "s") + "?";
+    const reason = document.getElementById("confirm-reason");
+    reason.required = false; reason.hidden = true;
+    reason.parentElement.querySelector("label").hidden = true;
+    document.getElementById("confirm-note").textContent = acting.length
+      ? "The dry run lists what would happen to each job; nothing has changed yet." : "Nothing to do.";
+    jobList.replaceChildren(...jobs.slice(0, 50).map(([id, j]) => {
+      const li = document.createElement("li");
+      li.dataset.job = id;
+      li.textContent = id + " (" + (j.user || "?") + ", " + j.state + "): " +
+        (j.would === "unchanged" ? "unchanged, " + j.why : j.would);
+      return li;
+    }));
+    if (jobs.length > 50) { const li = document.createElement("li"); li.textContent = "\u2026 and " + (jobs.length - 50) + " more"; jobList.append(li); }
+    jobList.hidden = false;
+    dialog.showModal();
+  }
   document.addEventListener("click", (ev) => {
+    const jobBtn = ev.target.closest("button.act-jobs");
+    if (jobBtn && dialog) { reviewJobs(jobBtn); return; }
     const btn = ev.target.closest("button.act");
     if (!btn || !dialog) { return; }
+    if (jobList) { jobList.hidden = true; }
     pending = {action: btn.dataset.action, node: btn.dataset.node};
     const drain = pending.action === "slurm.node.drain";
     document.getElementById("confirm-title").textContent = (drain ? "Drain " : "Resume ") + pending.node + "?";
@@ -34,6 +84,23 @@
     document.getElementById("confirm-form").addEventListener("submit", async (ev) => {
       ev.preventDefault();
       if (!pending) { return; }
+      if (pending.params) {  /* a job action, reviewed by its dry run */
+        const job = pending;
+        pending = null;
+        dialog.close();
+        result.textContent = job.label + "\u2026";
+        const resp = await post(job.action, job.params);
+        const body = await answer(resp);
+        if (resp.ok && body.status !== "failed") {
+          result.className = "ok";
+          result.textContent = job.label + ": " + (body.stdout || "done") + " (execution " + (body.execution_id || "?") + ")";
+        } else {
+          result.className = "error";
+          result.textContent = job.label + " failed: " + (body.stderr || failed(resp, body));
+        }
+        refresh();
+        return;
+      }
       const params = {nodes: pending.node};
       if (pending.action === "slurm.node.drain") { params.reason = document.getElementById("confirm-reason").value.trim(); }
       const todo = pending;
