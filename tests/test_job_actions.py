@@ -278,3 +278,29 @@ def test_the_cli_prints_the_envelope_and_exits_4_on_a_partial(devcluster: Any, t
     res = cli("run", "slurm.job.cancel", f"jobids={wait},{run}")
     assert res.returncode == 0 and "cancel: 2 cancelled" in res.stdout
 
+
+
+def test_job_actions_through_slurmrestd(settings: Settings, devcluster: Any, jobs: list[int]) -> None:
+    """The REST backend: hold, release and cancel through slurmrestd's job endpoints (22.05's
+    cannot set AdminComment: said, not failed); what it cannot do is a one-line Unsupported."""
+    from slurmtower.errors import Unsupported
+    from slurmtower.slurm import RestSlurmClient
+
+    rest = RestSlurmClient(f"http://127.0.0.1:{devcluster.rest_port}", user="root", jwt_key_file=devcluster.jwt_key)
+    cat = Catalogue.from_settings(settings, client=rest)
+    try:
+        wait = pending("root", jobs)
+        env = act(cat, "slurm.job.hold", {"jobids": [wait]})
+        assert env.result["outcomes"] == {"held": [str(wait)]} and state(wait) == "PENDING JobHeldAdmin"
+        if rest.version().major == 22:
+            assert "AdminComment not set" in env.stdout
+        assert act(cat, "slurm.job.release", {"jobids": [wait]}).result["counts"] == {"released": 1}
+        running_job = running("root", jobs)
+        with pytest.raises(Unsupported, match="suspend"):
+            act(cat, "slurm.job.suspend", {"jobids": [running_job]})
+        assert state(running_job).startswith("RUNNING")
+        env = act(cat, "slurm.job.cancel", {"jobids": [wait, running_job]})
+        assert env.result["counts"] == {"cancelled": 2}, env.result
+    finally:
+        cat.close()
+        rest.close()

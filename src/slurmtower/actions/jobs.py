@@ -47,7 +47,7 @@ from pydantic import Field, field_validator, model_validator
 from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, BreakerTripped
 from slurmtower.actions.params import _Mutating
 from slurmtower.actions.registry import Run, action
-from slurmtower.errors import InvalidInput, NotFound, PermissionDenied
+from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, Unsupported
 from slurmtower.models import Job, JobState
 from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet, parse_nodeset
@@ -502,7 +502,10 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
         refs = [t.ref for t in acting]
         settings = run.settings.actions if run.settings is not None else None
         if settings is None or settings.job_admin_comment:
-            job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
+            try:
+                job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
+            except Unsupported as exc:  # slurmrestd before 24.11: the audit still names who acted
+                run.stdout.append(f"AdminComment not set: {exc.message}")
         answers = call(refs)
     after = run.client.queue(job_ids=sorted({t.ref.job_id for t in acting})) if acting else []
     outcomes: dict[str, list[str]] = {}
