@@ -15,7 +15,7 @@ from ClusterShell.NodeSet import NodeSetParseError, RangeSetParseError
 
 from slurmtower.errors import NodeSetError
 
-__all__ = ["MAX_NODES", "NodeSet", "parse_nodeset"]
+__all__ = ["MAX_NODES", "NodeSet", "parse_nodeset", "split_outside_brackets"]
 
 #: Refuse absurd expansions (``n[1-99999999]``) before they eat memory.
 MAX_NODES = 100_000
@@ -163,21 +163,26 @@ def _check_brackets(expr: str, param: str) -> None:
         raise NodeSetError(f"{param}: unclosed '[' in {expr!r} near {expr[start:]!r}", param=param)
 
 
-def _first_bad_fragment(expr: str) -> str | None:
-    """Find the first comma-separated fragment that does not parse on its own."""
+def split_outside_brackets(text: str) -> list[str]:
+    """``"n[1,2],n5"`` (or ``"1,2_[3,4]"``) split on the commas outside brackets."""
     depth = 0
     start = 0
     parts: list[str] = []
-    for i, c in enumerate(expr):
+    for i, c in enumerate(text):
         if c == "[":
             depth += 1
         elif c == "]":
             depth -= 1
         elif c == "," and depth == 0:
-            parts.append(expr[start:i])
+            parts.append(text[start:i])
             start = i + 1
-    parts.append(expr[start:])
-    for part in parts:
+    parts.append(text[start:])
+    return parts
+
+
+def _first_bad_fragment(expr: str) -> str | None:
+    """Find the first comma-separated fragment that does not parse on its own."""
+    for part in split_outside_brackets(expr):
         try:
             _CSNodeSet(part, resolver=_NO_RESOLVER)
         except (NodeSetParseError, RangeSetParseError):

@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NoReturn, Protocol, runtime_checkable
 
 from slurmtower.errors import InvalidInput, SlurmError, SlurmUnavailable
-from slurmtower.nodeset import NodeSet, parse_nodeset
+from slurmtower.nodeset import NodeSet, parse_nodeset, split_outside_brackets
 from slurmtower.slurm.cli_backend import CliSlurmClient
 from slurmtower.slurm.runner import CommandResult, CommandRunner, classify_failure
 
@@ -191,21 +191,6 @@ def parse_job_id(item: str | int) -> JobRef:
     _bad(text)
 
 
-def _split_text(text: str) -> list[str]:
-    """``"1,2_[3,4]"`` split on the commas outside brackets."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return items
-
-
 def parse_job_ids(jobids: str | int | Iterable[str | int]) -> list[JobRef]:
     """Job id expressions (a list, or one string of comma-separated ones) as :class:`JobRef`
     in the given order, duplicates dropped.
@@ -217,7 +202,7 @@ def parse_job_ids(jobids: str | int | Iterable[str | int]) -> list[JobRef]:
     if isinstance(jobids, str):
         if len(jobids) > MAX_JOB_IDS * (MAX_JOB_ID_TEXT + 1):
             raise InvalidInput(f"jobids: more than {MAX_JOB_IDS} job ids", param="jobids")
-        items: list[str | int] = list(_split_text(jobids))
+        items: list[str | int] = list(split_outside_brackets(jobids))
     elif isinstance(jobids, int):
         items = [jobids]
     else:
