@@ -190,6 +190,25 @@ def test_the_job_breaker_at_its_threshold(http: Http, settings: Settings, jobs: 
     assert http.post("/actions/slurm.job.release", json={"jobids": three}, headers=auth("operator")).status_code == 200
 
 
+def test_the_job_breaker_guards_one_users_jobs(http: Http, settings: Settings, jobs: list[int]) -> None:
+    """Operators acting on most of one user's jobs trip the breaker even when the queue is
+    long; the user acting on their own jobs does not."""
+    settings.actions.job_breaker_min_jobs = 2
+    settings.actions.job_breaker_share = 0.5
+    bobs = [pending("bob", jobs) for _ in range(3)]
+    alices = [pending("alice", jobs) for _ in range(6)]
+    queue = len(sh("squeue", "-h", "-o", "%i").split())  # the jobs squeue lists: the breaker's queue
+    assert max(2, queue // 2) >= 4  # the queue's scope lets 4 through (9 jobs of this test, maybe others')
+    tripped = http.post("/actions/slurm.job.hold", json={"jobids": bobs}, headers=auth("operator"))
+    assert tripped.status_code == 409 and "bob's 3 jobs" in tripped.json()["detail"], tripped.text
+    assert tripped.json()["breaker"]["scope"] == "user" and not any("JobHeld" in state(j) for j in bobs)
+    two = http.post("/actions/slurm.job.hold", json={"jobids": alices[:2]}, headers=auth("operator"))
+    assert two.status_code == 200 and two.json()["result"]["counts"] == {"held": 2}
+    # alice's own: her scope (2 + 2 of her 6 jobs, past 50 %) does not guard what she does herself
+    own = http.post("/actions/slurm.job.hold", json={"jobids": alices[2:4], "uhold": True}, headers=auth("alice"))
+    assert own.status_code == 200 and own.json()["result"]["counts"] == {"held": 2}, own.text
+
+
 class _EndsOneJob(CliSlurmClient):
     """A real client; right after the action reads the queue, one job really ends in Slurm
     (as if its owner cancelled it between the dry run and the act)."""

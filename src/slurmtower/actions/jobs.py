@@ -28,9 +28,10 @@ too; the audit record names the person, lists every job by outcome, and the even
 ``slurmtower.job.<outcome>`` is recorded for the jobs of each outcome.
 
 **The breaker.** Cancels, holds, requeues, suspends and signals count: more jobs than
-``max(actions.job_breaker_min_jobs, actions.job_breaker_share * queue)`` within
-``actions.breaker_window`` (this call and the job actions recorded before it) is refused
-with ``slurmtower.breaker.tripped``; an admin passes ``override_breaker=true``.
+``max(actions.job_breaker_min_jobs, actions.job_breaker_share * N)`` within
+``actions.breaker_window`` (this call and the job actions recorded before it), where ``N`` is
+the queue, or one user's jobs acted on by someone else, is refused with
+``slurmtower.breaker.tripped``; an admin passes ``override_breaker=true``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -65,6 +66,9 @@ from slurmtower.slurm.jobctl import (
 )
 from slurmtower.visibility import Visibility
 
+if TYPE_CHECKING:
+    from slurmtower.settings import ActionSettings
+
 __all__ = ["COUNTED", "CRITERIA", "JOB_ACTIONS", "USER_FIELDS"]
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,9 @@ _ENDING = frozenset({JobState.COMPLETING, JobState.CANCELLED, JobState.COMPLETED
                      JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED, JobState.BOOT_FAIL,
                      JobState.DEADLINE, JobState.OUT_OF_MEMORY})
 _FINAL = _ENDING - {JobState.COMPLETING}
+#: The queue the breaker's shares are of: the jobs squeue lists by default (not those ended).
+_ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING",
+           "SIGNALING", "STAGE_OUT", "STOPPED")
 _REQUEUED = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED,
                        JobState.CONFIGURING, JobState.COMPLETING})
 #: The most job ids an event's or the audit's list keeps per outcome (the counts are whole).
@@ -420,34 +427,61 @@ def _took(verb: str, before: Target, after: Sequence[Job]) -> bool:
 # -- the breaker --------------------------------------------------------------------------------
 
 
-def _breaker(run: Run, name: str, p: _JobTarget, acting: int) -> dict[str, Any] | None:
+def _owners(targets: Iterable[Target]) -> dict[str, int]:
+    """How many of ``targets`` each user owns."""
+    return _count(t.first.user_name or "" for t in targets)
+
+
+def _tripped(run: Run, settings: ActionSettings, acting: Sequence[Target]) -> dict[str, Any] | None:
+    """The first scope past its limit (the queue, then one user's jobs acted on by someone
+    else), with its counts; ``None`` when none is."""
+    share, floor_ = settings.job_breaker_share, settings.job_breaker_min_jobs
+    store = run.store
+    since = datetime.now(UTC) - timedelta(seconds=settings.breaker_window)
+    earlier, earlier_by_user = store.jobs_acted_since(since, COUNTED) if store is not None else (0, {})
+
+    def limit(total: int) -> int:
+        return max(floor_, math.floor(share * total + 1e-9))
+
+    if earlier + len(acting) > floor_:
+        queue = len(run.client.job_ids(states=_ACTIVE))
+        if earlier + len(acting) > limit(queue):
+            return {"scope": "queue", "user": None, "jobs": queue, "limit": limit(queue), "earlier": earlier,
+                    "requested": len(acting)}
+    for user, mine in sorted(_owners(acting).items()):
+        before = earlier_by_user.get(user, 0)
+        if user == run.principal or before + mine <= floor_:  # a user's own jobs are theirs to end
+            continue
+        theirs = len(run.client.job_ids(users=[user], states=_ACTIVE))
+        if before + mine > limit(theirs):
+            return {"scope": "user", "user": user, "jobs": theirs, "limit": limit(theirs), "earlier": before,
+                    "requested": mine}
+    return None
+
+
+def _breaker(run: Run, name: str, p: _JobTarget, acting: Sequence[Target]) -> dict[str, Any] | None:
     settings = run.settings.actions if run.settings is not None else None
     if settings is None or not settings.job_breaker_enabled or name not in COUNTED or not acting:
         return None
     _check_override(run, p)
+    scope = _tripped(run, settings, acting)
+    if scope is None:
+        return None
     window = settings.breaker_window
-    since = datetime.now(UTC) - timedelta(seconds=window)
-    store = run.store
-    earlier = store.jobs_acted_since(since, COUNTED) if store is not None else 0
-    if earlier + acting <= settings.job_breaker_min_jobs:
-        return None
-    queue = len(run.client.job_ids())
-    limit = max(settings.job_breaker_min_jobs, math.floor(settings.job_breaker_share * queue + 1e-9))
-    if earlier + acting <= limit:
-        return None
     facts = {"action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
-             "window": window, "queue": queue, "share": settings.job_breaker_share, "limit": limit,
-             "earlier": earlier, "requested": acting}
+             "window": window, "share": settings.job_breaker_share, **scope}
+    total = scope["earlier"] + scope["requested"]
+    whose = f"{scope['user']}'s {scope['jobs']} jobs" if scope["user"] else f"the {scope['jobs']} queued"
     if p.override_breaker:
-        run.stdout.append(f"job breaker overridden: {earlier + acting} jobs within {window:g} s (limit {limit})")
+        run.stdout.append(f"job breaker overridden: {total} of {whose} within {window:g} s (limit {scope['limit']})")
         if not run.dry_run:
             _event(run, OVERRIDDEN, facts)
         return {"overridden": True, **facts}
     if not run.dry_run:
         _event(run, TRIPPED, facts)
     raise BreakerTripped(
-        f"job breaker: {name} of {acting} job(s) would make {earlier + acting} acted on within {window:g} s, "
-        f"more than its limit of {settings.job_breaker_share:.0%} of the {queue} queued ({limit}); nothing "
+        f"job breaker: {name} of {scope['requested']} job(s) would make {total} of {whose} acted on within "
+        f"{window:g} s, more than its limit of {settings.job_breaker_share:.0%} ({scope['limit']}); nothing "
         "changed (an admin may pass override_breaker=true)", param="jobids" if p.jobids is not None else "criterias",
         breaker=facts)
 
@@ -485,7 +519,7 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     plan = {t.ref.text: _why_unchanged(verb, t) for t in targets}
     acting = [t for t in targets if plan[t.ref.text] is None]
     run.before = {"jobs": len(targets), "states": _count(t.first.state.value for t in targets)}
-    breaker = _breaker(run, name, p, len(acting))
+    breaker = _breaker(run, name, p, acting)
     jobs: dict[str, dict[str, Any]] = {t.ref.text: {**t.summary(), "would": verb if plan[t.ref.text] is None
                                                     else "unchanged"} for t in targets}
     for text, why in plan.items():
@@ -533,7 +567,9 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     changed = counts.get(_DONE[verb], 0)
     missed = counts.get("refused", 0) + counts.get("gone", 0) + sum(
         1 for t in acting if jobs[t.ref.text]["outcome"] == "unchanged")
-    run.after = {"acted": changed, "counts": counts, "jobs": {k: _listed(v) for k, v in outcomes.items()}}
+    done = [t for t in targets if jobs[t.ref.text]["outcome"] == _DONE[verb]]
+    run.after = {"acted": changed, "acted_by_user": _owners(done), "counts": counts,
+                 "jobs": {k: _listed(v) for k, v in outcomes.items()}}
     if missed and changed:
         run.partial = f"{verb}: {changed} job(s) {_DONE[verb]}, {missed} not ({_fold_counts(counts)})"
     elif missed:

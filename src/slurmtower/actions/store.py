@@ -290,9 +290,10 @@ class ActionStore:
             "message": message[:4000],
         }
 
-    def jobs_acted_since(self, since: datetime, actions: Sequence[str]) -> int:
-        """How many jobs the job actions ``actions`` changed since ``since`` (their audit
-        records' ``after.acted``): what the job breaker counts."""
+    def jobs_acted_since(self, since: datetime, actions: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """How many jobs the job actions ``actions`` changed since ``since``, in all and by
+        owner (their audit records' ``after.acted`` and ``after.acted_by_user``): what the job
+        breaker counts."""
         stmt = (select(audit.c.after).where(audit.c.at >= since, audit.c.action.in_(list(actions)),
                                             audit.c.outcome.in_(["succeeded", "partial"])))
         try:
@@ -300,7 +301,15 @@ class ActionStore:
                 rows = conn.execute(stmt).scalars().all()
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot read the audit log: {exc.__class__.__name__}") from exc
-        return sum(int(after.get("acted", 0)) for after in rows if isinstance(after, dict))
+        total = 0
+        by_user: dict[str, int] = {}
+        for after in rows:
+            if not isinstance(after, dict):
+                continue
+            total += int(after.get("acted", 0))
+            for user, n in (after.get("acted_by_user") or {}).items():
+                by_user[str(user)] = by_user.get(str(user), 0) + int(n)
+        return total, by_user
 
     def list_audit(
         self,
