@@ -110,6 +110,18 @@ def test_each_action_on_pending_running_and_array_jobs(catalogue: Catalogue, job
     assert all(state(j) in ("", "COMPLETING") or state(j).startswith("CANCELLED") for j in (wait, run, array))
 
 
+def test_a_het_job_and_one_of_its_components(catalogue: Catalogue, jobs: list[int]) -> None:
+    het = int(sh("sbatch", "--parsable", "-o", "/dev/null", "--begin=now+1hour", "-n1", ":", "-n1",
+                 "--wrap", "sleep 300").strip())
+    jobs.append(het)
+    env = act(catalogue, "slurm.job.hold", {"jobids": [het]})  # the whole het job
+    assert env.result["outcomes"] == {"held": [str(het)]}
+    assert state(f"{het}+0") == "PENDING JobHeldAdmin" and state(f"{het}+1") == "PENDING JobHeldAdmin"
+    env = act(catalogue, "slurm.job.release", {"jobids": [f"{het}+1"]})  # one component
+    assert env.result["outcomes"] == {"released": [f"{het}+1"]}, env.result
+    assert "JobHeld" not in state(f"{het}+1") and state(f"{het}+0") == "PENDING JobHeldAdmin"
+
+
 def test_a_dry_run_lists_what_squeue_lists_and_changes_nothing(catalogue: Catalogue, jobs: list[int]) -> None:
     mine = [pending("alice", jobs), pending("alice", jobs, "--array=1-3"), pending("alice", jobs, "-p", "batch")]
     other = pending("bob", jobs)

@@ -233,8 +233,8 @@ class Target:
 def _covers(ref: JobRef, job: Job) -> bool:
     if ref.kind == "job":
         return ref.job_id in (job.job_id, job.array_job_id, job.het_job_id)
-    if ref.kind == "het":
-        return job.het_job_id == ref.job_id
+    if ref.kind == "het":  # a component: Slurm numbers them from the leader's id (leader + offset)
+        return job.het_job_id == ref.job_id and job.job_id == ref.job_id + (ref.het_offset or 0)
     if job.array_job_id != ref.job_id:
         return False
     if job.array_task_id is not None:
