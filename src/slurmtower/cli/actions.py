@@ -118,7 +118,8 @@ def actions_show(action: Annotated[str, typer.Argument(help="Action name.")], ou
     schema = spec.schema()
     required = set(schema.get("required", []))
     typer.echo(f"{spec.name}: {spec.description}")
-    typer.echo(f"  permission: {spec.permission}; {'changes the cluster' if spec.mutating else 'read-only'}")
+    own = " (or the user role, on its own jobs)" if spec.own_jobs else ""
+    typer.echo(f"  permission: {spec.permission}{own}; {'changes the cluster' if spec.mutating else 'read-only'}")
     typer.echo("  parameters:")
     for name, prop in schema.get("properties", {}).items():
         default = "(required)" if name in required else f"default: {json.dumps(prop.get('default'))}"
