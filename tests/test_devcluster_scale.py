@@ -150,8 +150,8 @@ def test_fail_node_explains_that_lab_nodes_have_no_slurmd(scale_cluster: DevClus
 
 
 @pytest.mark.parametrize(("nodes", "port_base", "message"), [
-    (3, 20000, "--nodes must be between 4 and 5000, not 3"),
-    (5001, 20000, "--nodes must be between 4 and 5000, not 5001"),
+    (3, 20000, "--nodes must be between 4 and 10000, not 3"),
+    (10_001, 20000, "--nodes must be between 4 and 10000, not 10001"),
     (5000, 61000, "port base 61000 leaves no room for 5000 nodes (their ports would end at 66100 > 65535)"),
 ], ids=["too-few", "too-many", "ports-overflow"])
 def test_node_counts_out_of_range_are_refused(nodes: int, port_base: int, message: str) -> None:

@@ -41,7 +41,7 @@ def up(
     fresh: Annotated[bool, typer.Option(help="Wipe Slurm state and the accounting DB first.")] = False,
     own_mariadb: Annotated[bool, typer.Option(help="Start a private MariaDB even if one runs.")] = False,
     nodes: Annotated[int | None, typer.Option(
-        "--nodes", min=4, max=5000,
+        "--nodes", min=4, max=10_000,
         help="Node definitions (the scale lab): n1-n4 run a slurmd, the others none. "
              "Default: the count this --dir was last brought up with, else 4. "
              "Node i uses port PORT_BASE+100+i: see the README for safe port bases.")] = None,

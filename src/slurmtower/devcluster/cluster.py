@@ -62,7 +62,7 @@ USERS = ["alice", "bob"]
 LAB_ACCOUNTS = {"biology": ["carol", "dave"], "astro": ["dave", "alice"]}
 LAB_USERS = ["carol", "dave"]
 MIN_NODES = len(NODES)
-MAX_NODES = 5000
+MAX_NODES = 10_000
 # Every node n<i> listens (or, without a slurmd, would) on port_base + 100 + i.
 NODE_PORT_OFFSET = 100
 SYSTEM_MUNGE_PID = Path("/run/munge/munged.pid")
