@@ -110,6 +110,16 @@ def test_each_action_on_pending_running_and_array_jobs(catalogue: Catalogue, job
     assert all(state(j) in ("", "COMPLETING") or state(j).startswith("CANCELLED") for j in (wait, run, array))
 
 
+def test_admin_comment_only_up_to_its_bound(catalogue: Catalogue, settings: Settings, jobs: list[int]) -> None:
+    settings.actions.job_admin_comment_max = 1
+    two = [pending("root", jobs), pending("root", jobs)]
+    env = act(catalogue, "slurm.job.hold", {"jobids": two})
+    assert env.result["counts"] == {"held": 2} and "AdminComment not set: 2 jobs" in env.stdout
+    assert "slurmtower:" not in sh("scontrol", "show", "job", str(two[0]))
+    env = act(catalogue, "slurm.job.release", {"jobids": two[:1]})
+    assert "slurmtower: release by root@cli" in sh("scontrol", "show", "job", str(two[0]))
+
+
 def test_a_het_job_and_one_of_its_components(catalogue: Catalogue, jobs: list[int]) -> None:
     het = int(sh("sbatch", "--parsable", "-o", "/dev/null", "--begin=now+1hour", "-n1", ":", "-n1",
                  "--wrap", "sleep 300").strip())

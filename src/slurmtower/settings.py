@@ -234,9 +234,11 @@ class ActionSettings(_Section):
     """At most this share of the queue acted on within ``breaker_window`` ..."""
     job_breaker_min_jobs: int = Field(default=100, ge=1)
     """... and never fewer than this many jobs, however short the queue."""
-    job_admin_comment: bool = True
+    job_admin_comment_max: int = Field(default=1000, ge=0, le=10_000)
     """Set Slurm's ``AdminComment`` of the jobs a job action changes to who acted through
-    slurmtower (``slurmtower: cancel by alice@api (<execution>)``; it replaces the one before)."""
+    slurmtower (``slurmtower: cancel by alice@api (<execution>)``; it replaces the one before)
+    when the call acts on at most this many jobs: each is one RPC in slurmctld (a bigger call is
+    named by its audit record and events only); 0: never."""
 
     @field_validator("breaker_partition_shares")
     @classmethod

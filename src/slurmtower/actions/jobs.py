@@ -23,8 +23,8 @@ jobs (another user's is refused by id, nothing done; with ``criterias`` the user
 theirs), never an admin hold, a suspend or resume, or fields only an operator may set;
 readers never. The CLI acts with Slurm's own rights (its caller's), a rule with the rule
 file's. Before acting, Slurm's ``AdminComment`` of the jobs is set to who acted through
-slurmtower (``actions.job_admin_comment``), so ``scontrol show job`` and ``sacct`` tell it
-too; the audit record names the person, lists every job by outcome, and the event
+slurmtower (up to ``actions.job_admin_comment_max`` jobs a call), so ``scontrol show job``
+and ``sacct`` tell it too; the audit record names the person, lists every job by outcome, and the event
 ``slurmtower.job.<outcome>`` is recorded for the jobs of each outcome.
 
 **The breaker.** Cancels, holds, requeues, suspends and signals count: more jobs than
@@ -243,6 +243,21 @@ def _covers(ref: JobRef, job: Job) -> bool:
     return pending is not None and ref.overlaps(parse_job_id(f"{ref.job_id}_[{pending}]").tasks or ())
 
 
+class _Rows:
+    """Queue rows found by the ids a :class:`JobRef` names (its job, array or het job id), so
+    matching N refs against N rows stays linear."""
+
+    def __init__(self, rows: Iterable[Job]) -> None:
+        self._by_id: dict[int, list[Job]] = {}
+        for job in rows:
+            for key in {job.job_id, job.array_job_id, job.het_job_id} - {None, 0}:
+                self._by_id.setdefault(key, []).append(job)  # type: ignore[arg-type]
+
+    def covered(self, ref: JobRef) -> tuple[Job, ...]:
+        """The rows ``ref`` covers, in the queue's order."""
+        return tuple(j for j in self._by_id.get(ref.job_id, ()) if _covers(ref, j))
+
+
 def _task_text(job: Job) -> str | None:
     """The pending tasks of an array's pending record (``5-10``), without ``[]`` and ``%N``."""
     text = (job.array_task_str or "").strip().strip("[]").split("%")[0]
@@ -277,11 +292,11 @@ def select(run: Run, p: _JobTarget) -> list[Target]:
     policy = _policy(run)
     if p.jobids is not None:
         refs = parse_job_ids(p.jobids)
-        rows = policy.jobs(run.client.queue(job_ids=sorted({r.job_id for r in refs})))
+        found = _Rows(policy.jobs(run.client.queue(job_ids=sorted({r.job_id for r in refs}))))
         targets: list[Target] = []
         unknown: list[str] = []
         for ref in refs:
-            mine = tuple(j for j in rows if _covers(ref, j))
+            mine = found.covered(ref)
             if mine:
                 targets.append(Target(ref, mine))
             else:
@@ -535,13 +550,17 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     if acting:
         refs = [t.ref for t in acting]
         settings = run.settings.actions if run.settings is not None else None
-        if settings is None or settings.job_admin_comment:
+        most = settings.job_admin_comment_max if settings is not None else MAX_JOB_IDS
+        if len(refs) > most:
+            run.stdout.append(f"AdminComment not set: {len(refs)} jobs, more than actions.job_admin_comment_max "
+                              f"({most}); the audit record names who acted")
+        elif most:
             try:
                 job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
             except Unsupported as exc:  # slurmrestd before 24.11: the audit still names who acted
                 run.stdout.append(f"AdminComment not set: {exc.message}")
         answers = call(refs)
-    after = run.client.queue(job_ids=sorted({t.ref.job_id for t in acting})) if acting else []
+    after = _Rows(run.client.queue(job_ids=sorted({t.ref.job_id for t in acting})) if acting else [])
     outcomes: dict[str, list[str]] = {}
     for t in targets:
         text = t.ref.text
@@ -551,7 +570,7 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
             outcome = "unchanged"
         else:
             message = answers.get(text)
-            rows = [j for j in after if _covers(t.ref, j)]
+            rows = after.covered(t.ref)
             if message is not None:
                 outcome = "gone" if any(m in message.lower() for m in _GONE) else "refused"
                 entry["message"] = message
