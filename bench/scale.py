@@ -69,6 +69,14 @@ from slurmtower.settings import load_settings
 LAB_DIR = Path("/var/lib/slurmtower/scalelab")
 LAB_NAME = "scale"
 LAB_PORT_BASE = 20000
+
+
+def lab_port_base(nodes: int) -> int:
+    """The lab's port base: its nodes take PORT_BASE..PORT_BASE+100+nodes, clear of the default
+    cluster (26800-26904) and the tests' lab (14000-15100): 20000 up to 6,700 nodes, else 15200
+    (10,000 nodes: 15200-25300)."""
+    return LAB_PORT_BASE if LAB_PORT_BASE + 100 + nodes < 26800 else 15200
+
 RESULTS = Path(__file__).resolve().parent / "results"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -728,10 +736,13 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
 
-    cluster = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE, nodes=args.nodes,
+    earlier = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME)
+    was_nodes = earlier.node_count
+    if earlier.is_up() and lab_port_base(was_nodes) != lab_port_base(args.nodes):
+        earlier.down()  # its ports move: stop it first
+    cluster = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(args.nodes), nodes=args.nodes,
                          log=lambda m: log(f"  {m}"))
     was_up = cluster.is_up()
-    was_nodes = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE).node_count
     log(f"scale lab: {args.nodes} nodes in {LAB_DIR} ({'reused' if was_up else 'starting it'})")
     took = cluster.up()
     env = cluster.command_env()
@@ -798,7 +809,7 @@ def main() -> None:
                 saved.unlink()
         elif was_nodes != args.nodes:
             log(f"  the lab had {was_nodes} nodes: bringing it back")
-            DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=LAB_PORT_BASE, nodes=was_nodes,
+            DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(was_nodes), nodes=was_nodes,
                        log=lambda m: log(f"  {m}")).up()
     if columns:
         header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
