@@ -137,6 +137,9 @@ def _parse(text: str, param: str) -> _CSNodeSet:
         bad = next(c for c in expr if not _ALLOWED.match(c))
         raise NodeSetError(f"{param}: invalid character {bad!r} in {expr!r}", param=param)
     _check_brackets(expr, param)
+    named = _named_count(expr)
+    if named > MAX_NODES:  # before expanding: n[1-99999999] would take ClusterShell many seconds
+        raise NodeSetError(f"{param}: {expr!r} expands to {named} nodes (max {MAX_NODES})", param=param)
     try:
         ns = _CSNodeSet(expr, resolver=_NO_RESOLVER)
     except (NodeSetParseError, RangeSetParseError) as exc:
@@ -145,6 +148,28 @@ def _parse(text: str, param: str) -> _CSNodeSet:
     if len(ns) > MAX_NODES:
         raise NodeSetError(f"{param}: {expr!r} expands to {len(ns)} nodes (max {MAX_NODES})", param=param)
     return ns
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?:/(\d+))?)?$")
+
+
+def _named_count(expr: str) -> int:
+    """How many names ``expr`` spells out, counted from its ranges without expanding them (a
+    name in two fragments counts twice); 0 where a range does not parse (the parser says why)."""
+    total = 0
+    for fragment in split_outside_brackets(expr):
+        count = 1
+        for group in re.findall(r"\[([^\]]*)\]", fragment):
+            size = 0
+            for item in group.split(","):
+                m = _RANGE.match(item.strip())
+                if m is None:
+                    return 0
+                lo, hi, step = int(m[1]), int(m[2] or m[1]), int(m[3] or 1)
+                size += (hi - lo) // max(step, 1) + 1 if hi >= lo else 0
+            count *= size
+        total += count
+    return total
 
 
 def _check_brackets(expr: str, param: str) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -96,8 +97,6 @@ _ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQU
            "SIGNALING", "STAGE_OUT", "STOPPED")
 _REQUEUED = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED,
                        JobState.CONFIGURING, JobState.COMPLETING})
-#: The most job ids an event's or the audit's list keeps per outcome (the counts are whole).
-_LISTED = MAX_JOB_IDS
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -444,7 +443,7 @@ def _took(verb: str, before: Target, after: Sequence[Job]) -> bool:
 
 def _owners(targets: Iterable[Target]) -> dict[str, int]:
     """How many of ``targets`` each user owns."""
-    return _count(t.first.user_name or "" for t in targets)
+    return dict(Counter(t.first.user_name or "" for t in targets))
 
 
 def _tripped(run: Run, settings: ActionSettings, acting: Sequence[Target]) -> dict[str, Any] | None:
@@ -522,8 +521,32 @@ def _admin_comment(run: Run, verb: str) -> str:
     return f"slurmtower: {verb} by {run.principal}@{run.via} ({(run.execution_id or '')[:12]})"[:255]
 
 
-def _listed(ids: Iterable[str]) -> list[str]:
-    return list(ids)[:_LISTED]
+def _comment(run: Run, verb: str, refs: Sequence[JobRef]) -> None:
+    """Set the jobs' AdminComment to who acts (one RPC per job: up to a bound)."""
+    settings = run.settings.actions if run.settings is not None else None
+    most = settings.job_admin_comment_max if settings is not None else MAX_JOB_IDS
+    if len(refs) > most:
+        run.stdout.append(f"AdminComment not set: {len(refs)} jobs, more than actions.job_admin_comment_max "
+                          f"({most}); the audit record names who acted")
+        return
+    if not most:
+        return
+    try:
+        job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
+    except Unsupported as exc:  # slurmrestd before 24.11: the audit still names who acted
+        run.stdout.append(f"AdminComment not set: {exc.message}")
+
+
+def _outcome(verb: str, t: Target, message: str | None, rows: Sequence[Job], entry: dict[str, Any]) -> str:
+    """One acted-on job's outcome from Slurm's answer and the queue read after (notes in ``entry``)."""
+    entry["state_after"] = rows[0].state.value if rows else None
+    if message is not None:
+        entry["message"] = message
+        return "gone" if any(m in message.lower() for m in _GONE) else "refused"
+    if _took(verb, t, rows):
+        return _DONE[verb]
+    entry["why"] = "Slurm accepted it but the job shows no change"
+    return "unchanged"
 
 
 def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequence[JobRef]], JobResults],
@@ -533,13 +556,13 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     _check_rights(run, name, targets, p)
     plan = {t.ref.text: _why_unchanged(verb, t) for t in targets}
     acting = [t for t in targets if plan[t.ref.text] is None]
-    run.before = {"jobs": len(targets), "states": _count(t.first.state.value for t in targets)}
+    run.before = {"jobs": len(targets), "states": dict(Counter(t.first.state.value for t in targets))}
     breaker = _breaker(run, name, p, acting)
-    jobs: dict[str, dict[str, Any]] = {t.ref.text: {**t.summary(), "would": verb if plan[t.ref.text] is None
-                                                    else "unchanged"} for t in targets}
-    for text, why in plan.items():
-        if why is not None:
-            jobs[text]["why"] = why
+    jobs: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        why = plan[t.ref.text]
+        jobs[t.ref.text] = {**t.summary(), "would": verb} if why is None else {
+            **t.summary(), "would": "unchanged", "why": why}
     result: dict[str, Any] = {"action": verb, "selected": len(targets), "acting": len(acting), "jobs": jobs}
     if breaker is not None:
         result["breaker"] = breaker
@@ -549,46 +572,22 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     answers: JobResults = {}
     if acting:
         refs = [t.ref for t in acting]
-        settings = run.settings.actions if run.settings is not None else None
-        most = settings.job_admin_comment_max if settings is not None else MAX_JOB_IDS
-        if len(refs) > most:
-            run.stdout.append(f"AdminComment not set: {len(refs)} jobs, more than actions.job_admin_comment_max "
-                              f"({most}); the audit record names who acted")
-        elif most:
-            try:
-                job_control(run.client).update(refs, {"admin_comment": _admin_comment(run, verb)})
-            except Unsupported as exc:  # slurmrestd before 24.11: the audit still names who acted
-                run.stdout.append(f"AdminComment not set: {exc.message}")
+        _comment(run, verb, refs)
         answers = call(refs)
     after = _Rows(run.client.queue(job_ids=sorted({t.ref.job_id for t in acting})) if acting else [])
     outcomes: dict[str, list[str]] = {}
     for t in targets:
-        text = t.ref.text
-        entry = jobs[text]
+        entry = jobs[t.ref.text]
         del entry["would"]
-        if plan[text] is not None:
-            outcome = "unchanged"
-        else:
-            message = answers.get(text)
-            rows = after.covered(t.ref)
-            if message is not None:
-                outcome = "gone" if any(m in message.lower() for m in _GONE) else "refused"
-                entry["message"] = message
-            elif _took(verb, t, rows):
-                outcome = _DONE[verb]
-            else:
-                outcome = "unchanged"
-                entry["why"] = "Slurm accepted it but the job shows no change"
-            entry["state_after"] = rows[0].state.value if rows else None
+        outcome = "unchanged" if plan[t.ref.text] is not None else _outcome(
+            verb, t, answers.get(t.ref.text), after.covered(t.ref), entry)
         entry["outcome"] = outcome
-        outcomes.setdefault(outcome, []).append(text)
+        outcomes.setdefault(outcome, []).append(t.ref.text)
     counts = {k: len(v) for k, v in outcomes.items()}
     changed = counts.get(_DONE[verb], 0)
-    missed = counts.get("refused", 0) + counts.get("gone", 0) + sum(
-        1 for t in acting if jobs[t.ref.text]["outcome"] == "unchanged")
-    done = [t for t in targets if jobs[t.ref.text]["outcome"] == _DONE[verb]]
-    run.after = {"acted": changed, "acted_by_user": _owners(done), "counts": counts,
-                 "jobs": {k: _listed(v) for k, v in outcomes.items()}}
+    missed = sum(1 for t in acting if jobs[t.ref.text]["outcome"] != _DONE[verb])
+    done = [t for t in acting if jobs[t.ref.text]["outcome"] == _DONE[verb]]
+    run.after = {"acted": changed, "acted_by_user": _owners(done), "counts": counts, "jobs": outcomes}
     if missed and changed:
         run.partial = f"{verb}: {changed} job(s) {_DONE[verb]}, {missed} not ({_fold_counts(counts)})"
     elif missed:
@@ -597,16 +596,9 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
         if outcome != "unchanged":
             _event(run, f"slurmtower.job.{outcome}", {
                 "action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
-                "count": len(ids), "jobs": _listed(ids)})
+                "count": len(ids), "jobs": ids})
     run.stdout.append(f"{verb}: {_fold_counts(counts)}")
-    return {**result, "outcomes": {k: _listed(v) for k, v in outcomes.items()}, "counts": counts}
-
-
-def _count(values: Iterable[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
+    return {**result, "outcomes": outcomes, "counts": counts}
 
 
 def _fold_counts(counts: Mapping[str, int]) -> str:
