@@ -6,6 +6,7 @@ Release folders under ``tests/fixtures/slurm/`` are found at collection time: a 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -61,6 +62,7 @@ JSON_PARSERS: dict[str, Callable[[Any], object]] = {
     "sacctmgr-show-assoc.json": ad.parse_associations_json,
     "rest-slurmdb-associations.json": ad.parse_associations_json,
     "rest-slurmdb-users.json": ad.parse_users_json,
+    "openapi-v3.json.gz": lambda spec: _served_by_spec(spec),  # slurmrestd's GET /openapi/v3
     # 26.05+: scontrol show config --json prints JSON (24.11/25.11 print the text form).
     "scontrol-show-config.json": lambda d: ad.parse_config_json(d, tz=TZ),
 }
@@ -99,7 +101,14 @@ def _all_files() -> list[Any]:
 
 def _load(release: str, name: str) -> Any:
     path = FIXTURES / release / name
+    if name.endswith(".json.gz"):
+        return json.loads(gzip.decompress(path.read_bytes()))
     return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
+
+
+def _served_by_spec(spec: dict[str, Any]) -> list[int]:
+    """The data_parser versions an OpenAPI document's ``/slurm/v0.0.N/`` paths serve."""
+    return sorted({int(m[1]) for p in spec["paths"] if (m := re.match(r"^/slurm/v0\.0\.(\d+)/", p))})
 
 
 def _index(release: str) -> dict[str, Any]:
@@ -178,6 +187,7 @@ def test_the_one_list_of_data_parsers_matches_what_each_release_serves(release: 
     assert {p.number for p in ad.served_by(slurm) if p.deprecated_on(slurm)} == deprecated
     assert set(ad.deprecated_parsers(served)) == deprecated  # the release inferred from the newest
     assert ad.newest_known(served) == default and default in ad.KNOWN_DATA_PARSERS
+    assert _served_by_spec(_load(release, "openapi-v3.json.gz")) == served  # what GET /openapi/v3 lists
     for path in _files(release):
         if path.suffix == ".json":
             assert ad.format_version(json.loads(path.read_text())) == default, path.name
