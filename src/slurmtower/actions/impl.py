@@ -61,16 +61,13 @@ from slurmtower.errors import (
     Conflict,
     InvalidInput,
     NotFound,
-    PermissionDenied,
     SlurmRequestError,
 )
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
 from slurmtower.models.accounting import HistoryJob
-from slurmtower.models.event import Event
 from slurmtower.models.job import step_label
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.client import QUEUE_TEXT_FIELDS
-from slurmtower.visibility import Visibility
 
 __all__ = ["JOB_CRITERIA_SERVER_SIDE"]
 
@@ -112,14 +109,9 @@ def _existing(run: Run, nodes: str) -> tuple[NodeSet, list[Node]]:
     return ns, found
 
 
-def _policy(run: Run) -> Visibility:
-    """The visibility policy (hidden partitions): applied where the actions read Slurm."""
-    return Visibility.from_settings(run.settings) if run.settings is not None else Visibility()
-
-
 def _shown_ids(run: Run, ids: Sequence[int]) -> list[int]:
     """``ids`` without the live jobs of hidden partitions."""
-    policy = _policy(run)
+    policy = run.visibility()
     if not policy.hidden_partitions or not ids:
         return list(ids)
     return sorted({j.job_id for j in policy.jobs(run.client.queue(job_ids=list(ids)))})
@@ -284,7 +276,7 @@ def _missing_error(missing: Sequence[int], acct_configured: bool) -> NotFound:
 def job_get(run: Run, p: JobGetParams) -> dict[str, list[dict[str, Any]]]:
     """Get job details keyed by job id; jobs that left slurmctld come from accounting."""
     result: dict[str, list[dict[str, Any]]] = {}
-    for job in _policy(run).jobs(run.client.jobs(p.jobids)):
+    for job in run.visibility().jobs(run.client.jobs(p.jobids)):
         result.setdefault(str(job.job_id), []).append(_job_dict(job))
     missing = [j for j in p.jobids if str(j) not in result]
     acct = run.accounting() if missing else None
@@ -330,7 +322,7 @@ def node_get(run: Run, p: NodeGetParams) -> dict[str, dict[str, Any]]:
     """Get node details keyed by node name, with who holds each node (its holds, oldest first)."""
     read_at = _now()
     _ns, found = _existing(run, p.nodes)
-    nodes = _policy(run).nodes(found)
+    nodes = run.visibility().nodes(found)
     if found and not nodes:  # only nodes of hidden partitions: unknown, as hidden
         raise NotFound(f"unknown node(s): {p.nodes}", param="nodes")
     # Nodes all in service have no holds, whatever the store keeps: it is not opened (its stale
@@ -367,32 +359,6 @@ def _refuse(others: Mapping[str, Sequence[Hold]], verb: str) -> Conflict:
                     holders={n: [h.holder for h in hs] for n, hs in others.items()})
 
 
-def _check_override(run: Run, p: NodeDrainParams | NodeDownParams) -> None:
-    if not p.override_breaker:
-        return
-    if run.via == "rule":
-        raise PermissionDenied("a rule cannot override the circuit breaker (override_breaker): it is there to stop "
-                               "automation; an admin can", param="override_breaker")
-    if run.role is not None and run.role != "admin":
-        raise PermissionDenied(f"override_breaker needs the admin role ({run.principal} is {run.role})",
-                               param="override_breaker")
-
-
-def _record_event(run: Run, kind: str, payload: dict[str, Any], nodes: NodeSet) -> None:
-    """An event in the store's log (the breaker's); a failure is logged, never raised."""
-    if run.store is None:
-        return
-
-    node = str(nodes) if len(nodes) == 1 else None
-    from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, a breaker's event only
-
-    try:
-        EventStore(run.store.engine, create=False).append(
-            [Event(type=kind, time=_now(), source=run.via, node=node, payload=payload)])
-    except Exception:  # the refusal itself is the answer; the log says the event is missing
-        log.exception("cannot record the event %s", kind)
-
-
 def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action: str) -> dict[str, Any] | None:
     """Refuse (:class:`BreakerTripped`) a drain or down past the circuit breaker's limits,
     or note its override; ``None`` when it does not trip (or is off)."""
@@ -412,10 +378,10 @@ def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action:
         run.stdout.append(f"circuit breaker overridden: {tripped[0].describe()} out of service within "
                           f"{settings.breaker_window:g} s (limit {tripped[0].limit})")
         if not run.dry_run:
-            _record_event(run, OVERRIDDEN, payload, ns)
+            run.record_event(OVERRIDDEN, payload, node=str(ns) if len(ns) == 1 else None)
         return {"overridden": True, "scopes": payload["scopes"]}
     if not run.dry_run:
-        _record_event(run, TRIPPED, payload, ns)
+        run.record_event(TRIPPED, payload, node=str(ns) if len(ns) == 1 else None)
     raise refusal(action, tripped, settings.breaker_window)
 
 
@@ -429,7 +395,7 @@ def _read_holds(run: Run, nodes: str) -> tuple[datetime, NodeSet, list[Node], di
 
 
 def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[str, Any]:
-    _check_override(run, p)
+    run.check_override(p.override_breaker, "circuit breaker")
     action = "slurm.node.drain" if state == "DRAIN" else "slurm.node.down"
     with _holds_locked(run):
         read_at, ns, nodes, current, me = _read_holds(run, p.nodes)

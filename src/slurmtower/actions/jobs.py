@@ -51,7 +51,6 @@ from slurmtower.actions.params import _Mutating
 from slurmtower.actions.registry import Run, action
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, Unsupported
 from slurmtower.models import Job, JobState
-from slurmtower.models.event import Event
 from slurmtower.nodeset import NodeSet, parse_nodeset
 from slurmtower.principal import ADMIN, OPERATOR, USER
 from slurmtower.slurm.jobctl import (
@@ -65,7 +64,6 @@ from slurmtower.slurm.jobctl import (
     parse_job_id,
     parse_job_ids,
 )
-from slurmtower.visibility import Visibility
 
 if TYPE_CHECKING:
     from slurmtower.settings import ActionSettings
@@ -276,10 +274,6 @@ def _ref_of(job: Job) -> JobRef:
     return parse_job_id(str(job.job_id))
 
 
-def _policy(run: Run) -> Visibility:
-    return Visibility.from_settings(run.settings) if run.settings is not None else Visibility()
-
-
 def _values(item: str | list[str]) -> list[str]:
     items = item if isinstance(item, list) else [item]
     return [v.strip() for part in items for v in part.split(",") if v.strip()]
@@ -288,7 +282,7 @@ def _values(item: str | list[str]) -> list[str]:
 def select(run: Run, p: _JobTarget) -> list[Target]:
     """The jobs ``p`` names, as the caller may see them (raises :class:`NotFound` for an
     unknown or hidden id, :class:`InvalidInput` past :data:`MAX_JOB_IDS` jobs)."""
-    policy = _policy(run)
+    policy = run.visibility()
     if p.jobids is not None:
         refs = parse_job_ids(p.jobids)
         found = _Rows(policy.jobs(run.client.queue(job_ids=sorted({r.job_id for r in refs}))))
@@ -373,16 +367,6 @@ def _check_shorter(targets: Sequence[Target], value: Any) -> None:
     if longer:
         raise PermissionDenied(f"a longer time limit is for operators and admins (jobs {', '.join(longer[:10])})",
                                param="time_limit")
-
-
-def _check_override(run: Run, p: _JobTarget) -> None:
-    if not p.override_breaker:
-        return
-    if run.via == "rule":
-        raise PermissionDenied("a rule cannot override the job breaker (override_breaker)", param="override_breaker")
-    if run.role is not None and run.role != ADMIN:
-        raise PermissionDenied(f"override_breaker needs the admin role ({run.principal} is {run.role})",
-                               param="override_breaker")
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -477,7 +461,7 @@ def _breaker(run: Run, name: str, p: _JobTarget, acting: Sequence[Target]) -> di
     settings = run.settings.actions if run.settings is not None else None
     if settings is None or not settings.job_breaker_enabled or name not in COUNTED or not acting:
         return None
-    _check_override(run, p)
+    run.check_override(p.override_breaker, "job breaker")
     scope = _tripped(run, settings, acting)
     if scope is None:
         return None
@@ -489,29 +473,15 @@ def _breaker(run: Run, name: str, p: _JobTarget, acting: Sequence[Target]) -> di
     if p.override_breaker:
         run.stdout.append(f"job breaker overridden: {total} of {whose} within {window:g} s (limit {scope['limit']})")
         if not run.dry_run:
-            _event(run, OVERRIDDEN, facts)
+            run.record_event(OVERRIDDEN, facts)
         return {"overridden": True, **facts}
     if not run.dry_run:
-        _event(run, TRIPPED, facts)
+        run.record_event(TRIPPED, facts)
     raise BreakerTripped(
         f"job breaker: {name} of {scope['requested']} job(s) would make {total} of {whose} acted on within "
         f"{window:g} s, more than its limit of {settings.job_breaker_share:.0%} ({scope['limit']}); nothing "
         "changed (an admin may pass override_breaker=true)", param="jobids" if p.jobids is not None else "criterias",
         breaker=facts)
-
-
-def _event(run: Run, kind: str, payload: dict[str, Any]) -> None:
-    """An event in the store's log; a failure is logged, never raised (the answer stands)."""
-    store = run.store
-    if store is None:
-        return
-    from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, job actions that record only
-
-    try:
-        EventStore(store.engine, create=False).append(
-            [Event(type=kind, time=datetime.now(UTC), source=run.via, node=None, payload=payload)])
-    except Exception:  # the act is done; the log says the event is missing
-        log.exception("cannot record the event %s", kind)
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -594,7 +564,7 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
         run.failed = f"{verb}: no job {_DONE[verb]} ({_fold_counts(counts)})"
     for outcome, ids in outcomes.items():
         if outcome != "unchanged":
-            _event(run, f"slurmtower.job.{outcome}", {
+            run.record_event(f"slurmtower.job.{outcome}", {
                 "action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
                 "count": len(ids), "jobs": ids})
     run.stdout.append(f"{verb}: {_fold_counts(counts)}")

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from slurmtower.actions.ownership import Via
+from slurmtower.errors import PermissionDenied
 from slurmtower.models import Node
+from slurmtower.models.event import Event
+from slurmtower.principal import ADMIN
+from slurmtower.visibility import Visibility
 
 if TYPE_CHECKING:
     from slurmtower.accounting import AccountingDB
@@ -19,6 +25,8 @@ if TYPE_CHECKING:
     from slurmtower.slurm import SlurmClient
 
 __all__ = ["REGISTRY", "ActionSpec", "Permission", "Run", "action", "node_snapshot"]
+
+log = logging.getLogger(__name__)
 
 Permission = Literal["read", "operate", "admin"]
 P = TypeVar("P", bound=BaseModel)
@@ -73,6 +81,35 @@ class Run:
         from slurmtower.actions.hold_store import HoldStore  # deferred: SQLAlchemy, first hold read only
 
         return HoldStore(store.engine)
+
+    def visibility(self) -> Visibility:
+        """The visibility policy (hidden partitions): applied where actions read Slurm."""
+        return Visibility.from_settings(self.settings) if self.settings is not None else Visibility()
+
+    def record_event(self, kind: str, payload: dict[str, Any], *, node: str | None = None) -> None:
+        """An event in the store's log (a breaker's, a job action's); a failure is logged, never
+        raised: the action's answer stands."""
+        store = self.store
+        if store is None:
+            return
+        from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, actions that record only
+
+        try:
+            EventStore(store.engine, create=False).append(
+                [Event(type=kind, time=datetime.now(UTC), source=self.via, node=node, payload=payload)])
+        except Exception:  # the log says the event is missing
+            log.exception("cannot record the event %s", kind)
+
+    def check_override(self, override: bool, breaker: str) -> None:
+        """``override_breaker`` only from an admin (or the CLI), never from a rule."""
+        if not override:
+            return
+        if self.via == "rule":
+            raise PermissionDenied(f"a rule cannot override the {breaker} (override_breaker): it is there to stop "
+                                   "automation; an admin can", param="override_breaker")
+        if self.role is not None and self.role != ADMIN:
+            raise PermissionDenied(f"override_breaker needs the admin role ({self.principal} is {self.role})",
+                                   param="override_breaker")
 
 
 @dataclass(frozen=True)
