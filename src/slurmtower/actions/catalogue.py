@@ -287,8 +287,11 @@ class Catalogue:
         if idempotency_key is not None:
             _check_key(idempotency_key)
         execution_id = uuid.uuid4().hex
+        # First-use costs are paid before the clock starts, so the envelope times the action:
+        # the parameters' validator (built on first use: defer_build) and the store (opened).
+        spec.params.model_rebuild()
         if spec.mutating or (self.settings is not None and self.settings.actions.record_reads):
-            self.store  # noqa: B018 - opened (first use) before the clock starts: the envelope times the action
+            self.store  # noqa: B018
         started = _now()
         run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
                   accounting_factory=self._get_accounting, store_factory=lambda: self.store, execution_id=execution_id,
