@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -122,3 +123,22 @@ def restore_node(node: str, root: DirOpt = DEFAULT_DIR) -> None:
 def sample_jobs(root: DirOpt = DEFAULT_DIR) -> None:
     """Submit jobs ending COMPLETED, FAILED, CANCELLED, TIMEOUT, plus one PENDING and one RUNNING."""
     typer.echo(json.dumps(_cluster(root, quiet=True).submit_sample_jobs().as_dict()))
+
+
+@devcluster_app.command()
+def rollup(
+    root: DirOpt = DEFAULT_DIR,
+    start: Annotated[datetime | None, typer.Option(
+        formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"],
+        help="The first hour to roll, local time (default: the current hour).")] = None,
+    end: Annotated[datetime | None, typer.Option(
+        formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"],
+        help="Roll up to this hour, local time (default: per --through).")] = None,
+    through: Annotated[str, typer.Option(
+        help="Without --end: hour (to the end of this hour), day (to the next midnight: the day "
+             "tables too) or month (to the next first of a month).")] = "hour",
+) -> None:
+    """Make slurmdbd roll usage up now (sacctmgr rollup), the current hour included: sreport and
+    the usage reports see the jobs that just ran. slurmdbd's own hourly rollup is left as it was."""
+    done = _cluster(root, quiet=True).roll_up(start=start, end=end, through=through)
+    typer.echo(json.dumps(done.as_dict()))

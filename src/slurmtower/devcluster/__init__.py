@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from slurmtower.devcluster.installs import DEFAULT_DIR, SlurmInstall, find_slurm_installs, release_cluster_layout
 
 if TYPE_CHECKING:
-    from slurmtower.devcluster.cluster import DevCluster, DevClusterError, SampleJobs
+    from slurmtower.devcluster.cluster import DevCluster, DevClusterError, RollUp, SampleJobs
 
-__all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs", "SlurmInstall", "find_slurm_installs",
-           "release_cluster_layout"]
+__all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "RollUp", "SampleJobs", "SlurmInstall",
+           "find_slurm_installs", "release_cluster_layout"]
 
-_LAZY = {"DevCluster", "DevClusterError", "SampleJobs"}
+_LAZY = {"DevCluster", "DevClusterError", "RollUp", "SampleJobs"}
 
 
 def __getattr__(name: str) -> Any:

@@ -34,6 +34,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from slurmtower.devcluster.installs import DEFAULT_DIR
@@ -41,7 +42,7 @@ from slurmtower.errors import ConfigError, SlurmError, SlurmtowerError
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.runner import CommandRunner
 
-__all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "SampleJobs"]
+__all__ = ["DEFAULT_DIR", "DevCluster", "DevClusterError", "RollUp", "SampleJobs"]
 
 
 PACKAGES = [
@@ -86,6 +87,20 @@ class SampleJobs:
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RollUp:
+    """What :meth:`DevCluster.roll_up` rolled: the hours ``[start, end)`` (UTC)."""
+
+    start: datetime
+    end: datetime
+    hours: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "hours": self.hours,
+                "seconds": round(self.seconds, 3)}
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, step: float = 0.1) -> None:
@@ -605,6 +620,81 @@ class DevCluster:
         _wait(f"job {jobs.cancelled} to run", lambda: running(jobs.cancelled), 30, 0.3)
         self._cmd().run(["scancel", str(jobs.cancelled)], timeout=10)
         return jobs
+
+    def roll_up(self, *, start: datetime | None = None, end: datetime | None = None,
+                through: str = "hour") -> RollUp:
+        """Make slurmdbd roll usage up now, for ``[start, end)``, the current hour included.
+
+        slurmdbd fills ``<cluster>_usage_*`` and ``<cluster>_assoc_usage_*`` (what sreport
+        reads) only for complete hours, when it starts and then once an hour, up to its
+        ``<cluster>_last_ran_table``: jobs that just ran are in no rollup for up to an hour.
+        Tests need those rollups, made by slurmdbd itself, at once. slurmdbd has the RPC for
+        it: ``DBD_ROLL_USAGE``, which ``sacctmgr rollup <start> <end>`` sends (an operator
+        command missing from sacctmgr's help; ``sacctmgr.c``). Given an end, slurmdbd
+        (``as_mysql_usage.c``'s ``_cluster_rollup_usage``) rolls every hour from ``start``'s
+        hour up to ``end``'s with the same ``as_mysql_hourly_rollup`` it runs each hour (then
+        the days and months those cross), and, *because* an end was given, leaves
+        ``last_ran_table`` alone: its own hourly rollup later rolls those hours again from
+        where it was (rows are upserted), so nothing is lost or counted twice. It answers once
+        the rollup is committed. No restart, no shifted clock: a daemon started under
+        ``faketime`` past the hour would do the same rollup, but would stamp every row it
+        writes in that hour with the shifted clock and would need ``last_ran_table`` put back.
+
+        An hour rolled before it ends counts its rest as idle (as a finished hour whose nodes
+        ran nothing then) and the jobs still running up to the hour's end; call it once the
+        jobs to report have ended. Hours after the current one are rolled only while no job
+        runs: slurmdbd never deletes a rollup row, and a running job's rows in hours it then
+        does not reach would stay. Those later hours (idle) and days are rolled again by
+        slurmdbd itself as they pass.
+
+        Args:
+            start: the first hour to roll (default: the current hour); aligned down to the hour.
+            end: rolled up to this time's hour (default: per ``through``).
+            through: with no ``end``: ``hour`` rolls up to the end of the current hour,
+                ``day`` to the next midnight (the day tables too), ``month`` to the next first
+                of a month (the month tables too; about a second for a whole month).
+
+        Returns the hours rolled and the seconds it took. Raises :class:`DevClusterError`
+        when slurmdbd refuses or the hour table lacks the hours afterwards.
+        """
+        t0 = time.monotonic()
+        now = datetime.now().astimezone()  # slurmdbd rolls up in the machine's local time
+        hour = now.replace(minute=0, second=0, microsecond=0)
+        if through not in ("hour", "day", "month"):
+            raise DevClusterError(f"through must be hour, day or month, not {through!r}")
+        first = (start.astimezone() if start else hour).replace(minute=0, second=0, microsecond=0)
+        if end is None:
+            if through == "hour":
+                end = hour + timedelta(hours=1)
+            elif through == "day":
+                end = (hour + timedelta(days=1)).replace(hour=0)
+            else:
+                end = (hour.replace(day=28, hour=0) + timedelta(days=4)).replace(day=1)
+        last = end.astimezone().replace(minute=0, second=0, microsecond=0)
+        if last <= first:
+            raise DevClusterError(f"nothing to roll up: {last.isoformat()} is not after {first.isoformat()}")
+        if last > hour + timedelta(hours=1):
+            # slurmdbd upserts rollup rows and never deletes one: an hour rolled ahead with a job
+            # running would keep that job's association usage for good if the job then ends
+            # before that hour. The current hour is always safe (its real rollup rewrites every
+            # association that ran in it); later ones only with nothing running.
+            running = self._cmd().run(["squeue", "-h", "-t", "R,CG,S", "-o", "%A"], timeout=30).stdout.split()
+            if running:
+                raise DevClusterError(f"jobs {' '.join(running[:5])} are running: only the current hour can be "
+                                      "rolled up (through=hour) until they end")
+        fmt = "%Y-%m-%dT%H:%M:%S"  # sacctmgr's parse_time reads local time
+        self._cmd().run(["sacctmgr", "-i", "rollup", first.strftime(fmt), last.strftime(fmt)], timeout=300)
+        hours = int((last - first).total_seconds() // 3600)
+        # The RPC answers after the commit: the cluster's hour rows (one per hour the cluster
+        # was registered, whatever ran) are there now, or the rollup did not happen.
+        table = f"`{self.db_name}`.`{self.cluster_name}_usage_hour_table`"
+        out = self._sql(f"SELECT COUNT(*) FROM {table} WHERE id_tres = 1 AND time_start >= "
+                        f"{int(first.timestamp())} AND time_start < {int(last.timestamp())}").strip()
+        if not out.isdigit() or int(out) == 0:
+            raise DevClusterError(f"sacctmgr rollup answered but {table} has no row in "
+                                  f"[{first.isoformat()}, {last.isoformat()})")
+        return RollUp(start=first.astimezone(UTC), end=last.astimezone(UTC), hours=hours,
+                      seconds=time.monotonic() - t0)
 
     # -- steps ------------------------------------------------------------------------
     def install_packages(self, *, own_mariadb: bool = False) -> None:
