@@ -5,6 +5,7 @@
     db = AccountingDB.from_settings(settings)
     page = db.history(parse_history_query("jobid<=987654&user=alice&limit=25"))
     more = db.history(parse_history_query(f"jobid<=987654&user=alice&limit=25&cursor={page.next_cursor}"))
+    usage = Reports(db).usage(UsageQuery(start=..., end=..., group_by="account", tres=("cpu", "gres/gpu")))
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from slurmtower.accounting.query import (
     parse_history_query,
     parse_job_state,
 )
+from slurmtower.accounting.reports import (
+    AvailabilityQuery,
+    EfficiencyQuery,
+    Reports,
+    UsageQuery,
+    WaitQuery,
+)
 from slurmtower.accounting.tables import AccountingTables, build_tables
 
 __all__ = [
@@ -31,10 +39,15 @@ __all__ = [
     "NAME",
     "AccountingDB",
     "AccountingTables",
+    "AvailabilityQuery",
     "Comparator",
     "Cursor",
+    "EfficiencyQuery",
     "HistoryOrder",
     "HistoryQuery",
+    "Reports",
+    "UsageQuery",
+    "WaitQuery",
     "build_tables",
     "check_names",
     "decode_wait_status",

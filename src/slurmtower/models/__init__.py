@@ -11,14 +11,22 @@ from slurmtower.models.config import ClusterConfig, config_key
 from slurmtower.models.job import ExitCode, Job, JobState, JobStep, parse_job_state
 from slurmtower.models.node import Node, NodeFlag, NodeReason, NodeState, parse_node_state
 from slurmtower.models.partition import Partition
+from slurmtower.models.reports import (
+    AvailabilityReport,
+    EfficiencyReport,
+    UsageReport,
+    WaitReport,
+)
 from slurmtower.models.reservation import Reservation
 from slurmtower.models.stats import ControllerStats, RpcStat, RpcUserStat
 from slurmtower.models.trigger import Trigger
 from slurmtower.models.version import SlurmVersion
 
 __all__ = [
+    "AvailabilityReport",
     "ClusterConfig",
     "ControllerStats",
+    "EfficiencyReport",
     "ExitCode",
     "Job",
     "JobState",
@@ -33,6 +41,8 @@ __all__ = [
     "RpcUserStat",
     "SlurmVersion",
     "Trigger",
+    "UsageReport",
+    "WaitReport",
     "config_key",
     "parse_job_state",
     "parse_node_state",
