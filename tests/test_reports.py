@@ -1,0 +1,415 @@
+"""Usage reports (slurmtower.accounting.reports) against the local cluster's own accounting
+database, with rollups slurmdbd itself made (``DevCluster.roll_up``: ``sacctmgr rollup``),
+compared with what sreport and sacct say for the same range.
+
+One module fixture runs a few jobs of different users, accounts and partitions, waits for
+them to end and has slurmdbd roll their hours (and, nothing running, the rest of the month:
+the day and month tables too) up once. Every comparison is in seconds (``sreport -t
+seconds``), exact where both read the same rows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from slurmtower.accounting import AccountingDB
+from slurmtower.accounting.reports import (
+    AvailabilityQuery,
+    EfficiencyQuery,
+    Reports,
+    UsageQuery,
+    WaitQuery,
+)
+from slurmtower.devcluster import DevCluster, RollUp
+from slurmtower.errors import InvalidInput
+from slurmtower.settings import Settings
+from slurmtower.slurm import CliSlurmClient
+from tests.conftest import sh, submit, wait_for
+
+#: The machine's zone: slurmdbd rolls days and months up at its local midnights.
+ZONE = Path("/etc/timezone").read_text().strip() if Path("/etc/timezone").exists() else "UTC"
+TRES = ("cpu", "mem")
+
+
+@dataclass(frozen=True)
+class Rolled:
+    start: datetime
+    end: datetime
+    """The hours the jobs ran in, [start, end), rolled up by slurmdbd."""
+    jobs: list[int]
+    rollup: RollUp
+
+
+def _local(t: datetime) -> str:
+    return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _idle() -> bool:
+    return not sh("squeue", "-h", "-t", "R,CG,S", "-o", "%A").split()
+
+
+def _ended(jobs: list[int]) -> bool:
+    out = sh("sacct", "-a", "-n", "-X", "-P", "-o", "JobIDRaw,End", "-j", ",".join(map(str, jobs)))
+    ends = dict(line.split("|") for line in out.splitlines() if line)
+    return all(ends.get(str(j), "Unknown") not in ("Unknown", "") for j in jobs)
+
+
+@pytest.fixture(scope="module")
+def rolled(devcluster: DevCluster) -> Rolled:
+    # Jobs still running would be counted by the rollup up to the hour's end and by sacct up
+    # to now; and later hours are rolled only with nothing running (DevCluster.roll_up).
+    wait_for(_idle, 150, 0.5, what="the cluster to run no job")
+    common = ("-t", "2", "-o", "/dev/null")
+    jobs = [
+        submit("alice", "-J", "st-report-a", "-A", "physics", "-p", "batch", "-c", "2", *common,
+               "--wrap", "timeout 3 sh -c 'while :; do :; done'; true"),
+        submit("bob", "-J", "st-report-b", "-A", "chemistry", "-p", "debug", "-c", "1", *common,
+               "--wrap", "sleep 2"),
+        submit("bob", "-J", "st-report-c", "-A", "physics", "-p", "short", "-c", "2", *common,
+               "--wrap", "sleep 1"),
+        submit("root", "-J", "st-report-d", "-A", "physics", "-p", "debug", "-c", "1", *common,
+               "--wrap", "srun -n 1 sleep 1"),
+    ]
+    wait_for(lambda: _ended(jobs) and _idle(), 90, 0.5, what="the report jobs to end")
+    now = datetime.now(UTC)
+    out = sh("sacct", "-a", "-n", "-X", "-P", "-o", "Start", "-j", ",".join(map(str, jobs)))
+    first = min(datetime.fromisoformat(s).astimezone(UTC) for s in out.split())
+    start = first.replace(minute=0, second=0, microsecond=0)
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    done = devcluster.roll_up(start=start, through="month")
+    assert done.start == start and done.hours >= 1
+    return Rolled(start=start, end=end, jobs=jobs, rollup=done)
+
+
+@pytest.fixture(scope="module")
+def reports(devcluster: DevCluster, cluster_settings: Settings) -> Iterator[Reports]:
+    db = AccountingDB.from_settings(cluster_settings)
+    yield Reports(db, tz=ZONE)
+    db.close()
+
+
+def sreport(*args: str) -> list[list[str]]:
+    out = sh("sreport", "-t", "seconds", "-P", "-n", *args)
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+def _range(start: datetime, end: datetime) -> tuple[str, str]:
+    return f"start={_local(start)}", f"end={_local(end)}"
+
+
+# -- the rollup ----------------------------------------------------------------------------------
+
+
+def test_roll_up_leaves_slurmdbds_own_last_ran_alone(devcluster: DevCluster, rolled: Rolled) -> None:
+    table = f"`{devcluster.db_name}`.`{devcluster.cluster_name}_last_ran_table`"
+    before = devcluster._sql(f"SELECT hourly_rollup FROM {table}")
+    again = devcluster.roll_up(start=rolled.start)
+    assert again.hours >= 1 and again.seconds < 10
+    assert devcluster._sql(f"SELECT hourly_rollup FROM {table}") == before
+    now = int(time.time())
+    assert not before.strip() or int(before) <= now  # never moved into the future
+
+
+def test_roll_up_refuses_later_hours_while_a_job_runs(devcluster: DevCluster, rolled: Rolled) -> None:
+    job = submit("alice", "-J", "st-report-run", "-A", "physics", "-p", "debug", "-t", "1", "--wrap", "sleep 60")
+    try:
+        wait_for(lambda: not _idle(), 30, 0.2, what=f"job {job} to run")
+        with pytest.raises(Exception, match="running"):
+            devcluster.roll_up(through="day")
+    finally:
+        subprocess.run(["scancel", str(job)], capture_output=True, check=False)
+        # ended in accounting too: the reports and sacct below must read the same rows
+        wait_for(lambda: _idle() and _ended([job]), 60, 0.5, what=f"job {job} to end")
+
+
+# -- rollup sources against sreport ---------------------------------------------------------------
+
+
+def test_cluster_usage_agrees_with_sreport_cluster_utilization(reports: Reports, rolled: Rolled) -> None:
+    report = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="cluster", tres=TRES))
+    assert report.source == "usage_hour"
+    [group] = report.groups
+    assert group.utilization is not None
+    rows = {r[1]: r for r in sreport("cluster", "Utilization", *_range(rolled.start, rolled.end), "-T", "cpu,mem")}
+    for name in TRES:
+        # Cluster|TRES Name|Allocated|Down|PLND Down|Idle|Reserved|Reported
+        _cl, _t, alloc, down, pdown, idle, reserved, reported = rows[name]
+        u = group.utilization[name]
+        assert (u.allocated_seconds, u.down_seconds, u.planned_down_seconds, u.idle_seconds, u.reserved_seconds,
+                u.reported_seconds) == tuple(map(int, (alloc, down, pdown, idle, reserved, reported))), name
+        assert report.total_seconds[name] == int(alloc)
+    assert report.total_seconds["cpu"] > 0
+
+
+def test_account_usage_agrees_with_sreport_account_utilization_by_user(reports: Reports, rolled: Rolled) -> None:
+    rows = sreport("cluster", "AccountUtilizationByUser", *_range(rolled.start, rolled.end), "-T", "cpu,mem")
+    # Cluster|Account|Login|Proper Name|TRES Name|Used
+    accounts = {(r[1], r[4]): int(r[5]) for r in rows if not r[2]}
+    users = {(r[1], r[2], r[4]): int(r[5]) for r in rows if r[2]}
+    by_account = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
+    by_pair = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account+user", tres=TRES))
+    assert by_account.source == by_pair.source == "assoc_usage_hour"
+    for name in TRES:
+        # physics and chemistry have no sub-accounts: sreport's figure is theirs; root's is the total
+        mine = {g.account: g.total_seconds[name] for g in by_account.groups}
+        assert mine == {a: s for (a, t), s in accounts.items() if t == name and a != "root" and s}, name
+        assert by_account.total_seconds[name] == accounts[("root", name)]
+        pairs = {(g.account, g.user): g.total_seconds[name] for g in by_pair.groups}
+        assert pairs == {(a, u): s for (a, u, t), s in users.items() if t == name and s}, name
+    assert {g.name for g in by_pair.groups} >= {"physics/alice", "chemistry/bob", "physics/bob", "physics/root"}
+    assert sum(g.share["cpu"] for g in by_account.groups) == pytest.approx(1.0)
+
+
+def test_user_usage_agrees_with_sreport_top_usage(reports: Reports, rolled: Rolled) -> None:
+    rows = sreport("user", "TopUsage", *_range(rolled.start, rolled.end), "-T", "cpu,mem", "group", "topcount=50")
+    # Cluster|Login|Proper Name|Account|TRES Name|Used
+    theirs = {(r[1], r[4]): int(r[5]) for r in rows}
+    report = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="user", tres=TRES))
+    for name in TRES:
+        assert {g.user: g.total_seconds[name] for g in report.groups if g.total_seconds[name]} == \
+            {u: s for (u, t), s in theirs.items() if t == name and s}, name
+    top = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="user", tres=TRES, top=1))
+    assert len(top.groups) == 1 and top.omitted_groups == len(report.groups) - 1
+    assert top.groups[0] == report.groups[0] and top.total_seconds == report.total_seconds
+
+
+def test_hourly_periods_add_up_to_the_range(reports: Reports, rolled: Rolled) -> None:
+    whole = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
+    hourly = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES,
+                                      period="hour"))
+    assert len(hourly.periods) == (rolled.end - rolled.start) // timedelta(hours=1)
+    for g, h in zip(whole.groups, hourly.groups, strict=True):
+        assert g.name == h.name and len(h.cells) == len(hourly.periods)
+        assert sum(c.tres_seconds["cpu"] for c in h.cells) == g.total_seconds["cpu"]
+        assert h.total_hours["cpu"] == pytest.approx(g.total_seconds["cpu"] / 3600)
+
+
+def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, rolled: Rolled) -> None:
+    """The days and month slurmdbd rolled (nothing running: through the month's end) sum the
+    same hours; sreport, whose range ends in the future, reads the hour table for them."""
+    day0 = rolled.start.astimezone(reports.tz).replace(hour=0)
+    day1 = (day0 + timedelta(days=1, hours=2)).replace(hour=0)
+    month0 = day0.replace(day=1)
+    month1 = (month0 + timedelta(days=32)).replace(day=1)
+    for start, end, rollup, period in ((day0, day1, "day", "day"), (month0, month1, "month", "month")):
+        theirs = {r[1]: int(r[5]) for r in sreport("cluster", "AccountUtilizationByUser", *_range(start, end),
+                                                   "-T", "cpu") if not r[2]}
+        coarse = reports.usage(UsageQuery(start=start, end=end, group_by="account", rollup=rollup, period=period))
+        fine = reports.usage(UsageQuery(start=start, end=end, group_by="account", period=period))
+        assert coarse.source == f"assoc_usage_{rollup}" and fine.source == "assoc_usage_hour"
+        assert coarse.total_seconds == fine.total_seconds == {"cpu": theirs["root"]}
+        assert {g.name: g.total_seconds for g in coarse.groups} == {g.name: g.total_seconds for g in fine.groups}
+        cluster = reports.usage(UsageQuery(start=start, end=end, group_by="cluster", rollup=rollup, period=period))
+        assert cluster.source == f"usage_{rollup}"
+        assert cluster.total_seconds["cpu"] >= coarse.total_seconds["cpu"] > 0
+
+
+# -- job-table sources against sacct ----------------------------------------------------------------
+
+
+def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True) -> list[dict[str, str]]:
+    """Each job's line (its steps read too: with -X, TotalCPU would be 0)."""
+    fields = ("JobIDRaw", *fields) if "JobIDRaw" not in fields else fields
+    argv = ["sacct", "-a", "-n", "-P", "-S", _local(start), "-E", _local(end), "-o", ",".join(fields)]
+    out = sh(*argv, *(["-T"] if truncate else []))
+    rows = [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line]
+    return [r for r in rows if "." not in r["JobIDRaw"]]
+
+
+def _alloc(tres: str) -> dict[str, int]:
+    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+    out = {}
+    for pair in filter(None, tres.split(",")):
+        key, _, value = pair.partition("=")
+        out[key] = int(float(value[:-1]) * units[value[-1]]) if value[-1] in units else int(value)
+    return out
+
+
+@pytest.mark.parametrize("group_by,field", [("partition", "Partition"), ("qos", "QOS")])
+def test_partition_and_qos_usage_agree_with_sacct(reports: Reports, rolled: Rolled, group_by: str,
+                                                   field: str) -> None:
+    sums: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(TRES, 0))
+    for job in _sacct_jobs(rolled.start, rolled.end, field, "AllocTRES", "ElapsedRaw"):
+        alloc = _alloc(job["AllocTRES"])
+        for name in TRES:
+            sums[job[field]][name] += alloc.get(name, 0) * int(job["ElapsedRaw"])
+    report = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by=group_by, tres=TRES))
+    assert report.source == "job_table"
+    assert {g.name: g.total_seconds for g in report.groups} == {k: v for k, v in sums.items() if any(v.values())}
+    if group_by == "partition":
+        assert {"batch", "debug", "short"} <= {g.partition for g in report.groups}
+
+
+def test_hidden_partitions_are_left_out_of_job_table_reports(cluster_settings: Settings, reports: Reports,
+                                                             rolled: Rolled) -> None:
+    shown = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="partition"))
+    db = AccountingDB.from_settings(cluster_settings, hidden_partitions=["short"])
+    try:
+        hiding = Reports(db, tz=ZONE)
+        report = hiding.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="partition"))
+        assert "short" not in {g.name for g in report.groups}
+        assert report.total_seconds["cpu"] == sum(g.total_seconds["cpu"] for g in shown.groups if g.name != "short")
+        waits = hiding.waits(WaitQuery(start=rolled.start, end=rolled.end))
+        assert "short" not in {r.partition for r in waits.rows}
+        rollup = hiding.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account"))
+        assert any("hidden partitions" in n for n in rollup.notes)
+    finally:
+        db.close()
+
+
+def _bytes(text: str) -> int:
+    """sacct's MaxRSS: ``3160K``, ``12.50M`` ..."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    return int(float(text[:-1]) * scale[text[-1]]) if text[-1] in scale else int(text)
+
+
+def _seconds(text: str) -> float:
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]``."""
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return (int(days) if days else 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
+    fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "End")
+    jobs = [j for j in _sacct_jobs(rolled.start, rolled.end, *fields, truncate=False)
+            if j["AllocCPUS"] != "0" and j["End"] not in ("Unknown", "") and rolled.start <= datetime.fromisoformat(j["End"]).astimezone(UTC)
+            < rolled.end]
+    out = sh("sacct", "-a", "-n", "-P", "-o", "JobIDRaw,MaxRSS,NTasks", "-j", ",".join(j["JobIDRaw"] for j in jobs))
+    peak: dict[str, int] = defaultdict(int)
+    for line in out.splitlines():
+        step, rss, tasks = line.split("|")
+        if "." in step and rss:  # seff: the largest step max RSS, times its tasks
+            peak[step.split(".")[0]] = max(peak[step.split(".")[0]], _bytes(rss) * int(tasks or 1))
+    report = reports.efficiency(EfficiencyQuery(start=rolled.start, end=rolled.end, group_by="account+user"))
+    assert report.source == "job_table+step_table"
+    rows = {(r.account, r.user): r for r in report.rows}
+    expected: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    for j in jobs:
+        expected[(j["Account"], j["User"])].append(j)
+    assert set(rows) == set(expected)
+    for key, members in expected.items():
+        row = rows[key]
+        assert row.jobs == len(members)
+        assert row.cpu_allocated_seconds == sum(int(j["AllocCPUS"]) * int(j["ElapsedRaw"]) for j in members)
+        assert row.cpu_used_seconds == pytest.approx(sum(_seconds(j["TotalCPU"]) for j in members),
+                                                     abs=0.001 * len(members) + 1e-9)
+        assert row.memory_requested_bytes == sum(_alloc(j["AllocTRES"])["mem"] for j in members) * 1024 * 1024
+        # sacct prints MaxRSS in KiB (rounded): within 1 KiB x tasks per job
+        assert row.memory_used_bytes == pytest.approx(sum(peak[j["JobIDRaw"]] for j in members),
+                                                      abs=1024 * 4 * len(members))
+    busy = rows[("physics", "alice")]
+    assert busy.cpu_efficiency is not None and busy.cpu_used_seconds > 1  # the busy loop used its CPU
+    assert report.total.jobs == len(jobs)
+
+
+def test_waits_and_sizes_agree_with_sacct_and_sreport_sizes_by_account(reports: Reports, rolled: Rolled) -> None:
+    report = reports.waits(WaitQuery(start=rolled.start, end=rolled.end, size_buckets=(2, 3)))
+    assert report.source == "job_table"
+    rows = sreport("job", "SizesByAccount", *_range(rolled.start, rolled.end), "accounts=physics,chemistry",
+                   "grouping=2,3", "printjobcount")
+    # Cluster|Account|0-1 CPUs|2-2 CPUs|>= 3 CPUs|% of cluster
+    theirs = {r[1]: [int(x) for x in r[2:5]] for r in rows}
+    mine: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in report.rows:
+        assert [(b.min_cpus, b.max_cpus) for b in row.sizes] == [(0, 1), (2, 2), (3, None)]
+        for i, bucket in enumerate(row.sizes):
+            mine[row.account][i] += bucket.jobs
+    assert {a: v for a, v in mine.items() if a in ("physics", "chemistry")} == \
+        {a: v for a, v in theirs.items() if any(v)}
+    waits: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for j in _sacct_jobs(rolled.start, rolled.end, "Partition", "Account", "Submit", "Start", "AllocCPUS",
+                         truncate=False):
+        if j["Start"] in ("Unknown", "None", "") or j["AllocCPUS"] == "0":
+            continue
+        started = datetime.fromisoformat(j["Start"]).astimezone(UTC)
+        if rolled.start <= started < rolled.end:
+            waits[(j["Partition"], j["Account"])].append(
+                int((started - datetime.fromisoformat(j["Submit"]).astimezone(UTC)).total_seconds()))
+    got = {(r.partition, r.account): r for r in report.rows if r.started}
+    assert set(got) == set(waits)
+    for key, values in waits.items():
+        assert got[key].started == len(values) and got[key].wait_max_seconds == max(values)
+        assert got[key].wait_mean_seconds == pytest.approx(sum(values) / len(values))
+
+
+# -- node availability ---------------------------------------------------------------------------
+
+
+def test_availability_counts_a_drain_as_sacctmgr_shows_the_event(reports: Reports, clean_nodes: DevCluster,
+                                                                client: CliSlurmClient) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    sh("scontrol", "update", "nodename=n2", "state=drain", "reason=st-report-drain")
+    time.sleep(2)  # the drain's length is what is measured  # noqa: ASYNC251
+    sh("scontrol", "update", "nodename=n2", "state=resume")
+
+    def event() -> list[str] | None:
+        out = sh("sacctmgr", "-n", "-P", "show", "event", "nodes=n2", f"start={_local(start)}",
+                 "format=NodeName,Start,End,Reason")
+        rows = [line.split("|") for line in out.splitlines() if "st-report-drain" in line]
+        return rows[-1] if rows and rows[-1][2] not in ("Unknown", "") else None
+
+    row = wait_for(event, 30, 0.3, what="the drain's event in accounting")
+    length = int((datetime.fromisoformat(row[2]) - datetime.fromisoformat(row[1])).total_seconds())
+    end = datetime.now(UTC) + timedelta(seconds=1)
+    report = reports.availability(AvailabilityQuery(start=start, end=end, partitions=client.partitions()))
+    assert report.source == "event_table"
+    [n2] = [r for r in report.nodes if r.node == "n2"]
+    assert n2.drained_seconds == length and n2.down_seconds == 0
+    assert n2.reasons[0].reason == "st-report-drain" and n2.reasons[0].node_seconds == length
+    parts = {p.partition: p for p in report.partitions}
+    assert parts["batch"].drained_seconds == parts["debug"].drained_seconds == length
+    assert parts["short"].drained_seconds == 0 and parts["short"].available == 1.0
+    assert parts["batch"].nodes == 2 and parts["batch"].available < 1.0
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("query,param", [
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), group_by="node"), "group_by"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), tres=("gres/nope",)), "tres"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), tres=()), "tres"),
+    (UsageQuery(start=T0, end=T0), "end"),
+    (UsageQuery(start=T0, end=T0 - timedelta(hours=1)), "end"),
+    (UsageQuery(start=T0, end=T0 + timedelta(days=400)), "end"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), top=0), "top"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), top=1001), "top"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), period="year"), "period"),
+    (UsageQuery(start=T0, end=T0 + timedelta(days=60), period="hour"), "period"),
+    (UsageQuery(start=T0 + timedelta(minutes=5), end=T0 + timedelta(hours=1)), "start"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), rollup="day"), "end"),
+    (UsageQuery(start=T0, end=T0 + timedelta(days=1), rollup="day", period="hour"), "period"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), rollup="week"), "rollup"),
+    (UsageQuery(start="yesterday", end=T0), "start"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), group_by="cluster", users=("alice",)), "users"),
+    (UsageQuery(start=T0, end=T0 + timedelta(hours=1), users=tuple(f"u{i}" for i in range(101))), "users"),
+    (EfficiencyQuery(start=T0, end=T0 + timedelta(hours=1), group_by="partition"), "group_by"),
+    (WaitQuery(start=T0, end=T0 + timedelta(hours=1), size_buckets=(50, 10)), "size_buckets"),
+    (AvailabilityQuery(start=T0, end=T0 + timedelta(hours=1), top_reasons=0), "top_reasons"),
+], ids=lambda v: v if isinstance(v, str) else type(v).__name__)
+def test_bad_input_names_the_parameter(reports: Reports, query: object, param: str) -> None:
+    call = {UsageQuery: reports.usage, EfficiencyQuery: reports.efficiency, WaitQuery: reports.waits,
+            AvailabilityQuery: reports.availability}[type(query)]
+    with pytest.raises(InvalidInput) as err:
+        call(query)  # type: ignore[operator]
+    assert err.value.param == param
+
+
+def test_a_job_table_report_takes_any_second(reports: Reports, rolled: Rolled) -> None:
+    start = rolled.start + timedelta(seconds=17)
+    report = reports.usage(UsageQuery(start=start.isoformat(), end=int(rolled.end.timestamp()) - 3,
+                                      group_by="partition"))
+    assert report.start == start and report.periods[0].start == start
