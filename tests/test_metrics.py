@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.routing import Router
 
 from slurmtower import __version__
 from slurmtower.api import create_app
@@ -80,6 +81,33 @@ def test_scrape_names_the_process_that_answered(api: TestClient) -> None:
         key = ("slurmtower_leader", (("identity", leader.identity), ("role", role)))
         assert got[key] == int(leader.is_leader)
     assert got[("slurmtower_leader", (("identity", elections["archiver"].identity), ("role", "archiver")))] == 1
+
+
+@pytest.mark.cluster
+def test_answers_of_the_cached_fast_path_are_counted(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path answers in front of the middleware: it counts and times its answers itself."""
+    settings.api.refresh_interval = 120  # the views stay fresh: the fast path answers
+    settings.archiver.archive_usage_load = False
+    routed = []
+    route = Router.__call__
+
+    async def counting_route(router: Router, *args: object) -> None:
+        routed.append(1)
+        await route(router, *args)  # type: ignore[arg-type]
+
+    key = ("slurmtower_http_requests_total", (("method", "GET"), ("route", "/nodes"), ("status", "200")))
+    timed = ("slurmtower_http_request_duration_seconds_count", (("method", "GET"), ("route", "/nodes")))
+    with TestClient(create_app(with_tokens(settings))) as client:
+        assert client.get("/nodes", headers=bearer(READER)).status_code == 200  # renders the view
+        before = samples(client.get("/metrics", headers=bearer(READER)).text)
+        monkeypatch.setattr(Router, "__call__", counting_route)
+        for _ in range(5):
+            assert client.get("/nodes", headers=bearer(READER)).status_code == 200
+        monkeypatch.undo()
+        after = samples(client.get("/metrics", headers=bearer(READER)).text)
+    assert routed == []  # none of the five was routed
+    assert after[key] - before[key] == 5
+    assert after[timed] - before[timed] == 5
 
 
 @pytest.mark.cluster

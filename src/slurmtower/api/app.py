@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
-from slurmtower.api.reads import read_capped
+from slurmtower.api.reads import FastReads, read_capped
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
 from slurmtower.runtime import Services, assemble, running
 from slurmtower.settings import Settings
@@ -169,20 +169,27 @@ _HSTS = (b"strict-transport-security", b"max-age=31536000")
 class _SecurityHeaders:
     """Every answer carries :data:`CSP` (``frame-ancestors 'none'``), ``nosniff``,
     ``Referrer-Policy`` and, behind TLS (the connection's scheme or a trusted proxy's
-    ``X-Forwarded-Proto``), HSTS. Outermost, so the cached fast path's answers carry them too."""
+    ``X-Forwarded-Proto``), HSTS. Outermost of the middleware; the cached fast path, in front
+    of it, adds :meth:`of` itself."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        # (a docs page, behind TLS) -> the headers, made once: every answer adds them.
-        self._extra = {(docs, tls): [(b"content-security-policy", (DOCS_CSP if docs else CSP).encode()),
-                                     *_SECURITY_HEADERS, *([_HSTS] if tls else [])]
-                       for docs in (False, True) for tls in (False, True)}
+
+    #: (a docs page, behind TLS) -> the headers, made once: every answer adds them.
+    _EXTRA = {(docs, tls): [(b"content-security-policy", (DOCS_CSP if docs else CSP).encode()),
+                            *_SECURITY_HEADERS, *([_HSTS] if tls else [])]
+              for docs in (False, True) for tls in (False, True)}
+
+    @classmethod
+    def of(cls, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """The security headers of the answer to ``scope``."""
+        return cls._EXTRA[scope["path"] in ("/docs", "/redoc"), scope.get("scheme") == "https"]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = self._extra[scope["path"] in ("/docs", "/redoc"), scope.get("scheme") == "https"]
+        extra = self.of(scope)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -190,6 +197,21 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class _Tower(FastAPI):
+    """The application, with the cached fast path (:class:`~slurmtower.api.reads.FastReads`,
+    set by the live routes' ``setup``) in front of its middleware stack and routing."""
+
+    fast_reads: FastReads | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.fast_reads
+        if fast is not None and scope["type"] == "http" and scope["method"] == "GET":
+            scope["app"] = self  # as Starlette sets it: the permission reads the app's state
+            if await fast.answer(scope, receive, send):
+                return
+        await super().__call__(scope, receive, send)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -270,7 +292,7 @@ def create_app(
         async with running(services):
             yield
 
-    app = FastAPI(
+    app = _Tower(
         title=title,
         version=__version__,
         description="A control tower for Slurm clusters: live state, job history, actions, node events.",
@@ -294,4 +316,8 @@ def create_app(
             setup(services, app)
         app.include_router(module.router)
     app.add_middleware(_SecurityHeaders)  # last: outermost, around every other layer
+    if app.fast_reads is not None:
+        app.fast_reads.headers = _SecurityHeaders.of
+        if services.metrics is not None:
+            app.fast_reads.observe = services.metrics.observe_request
     return app

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -30,26 +29,40 @@ def _etag_matches(header: str, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == bare for tag in header.split(","))
 
 
+def _answer(rendered: Rendered, if_none_match: str | None, accept_encoding: str,
+            clock: Callable[[], float]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, raw headers and body of the answer from ``rendered`` (the route's and the fast
+    path's, written once): 304 on a matching ``If-None-Match``, gzip when accepted."""
+    age = max(0.0, clock() - rendered.fetched_mono)
+    headers = [(b"etag", rendered.etag.encode()), (b"x-data-age", b"%.3f" % age), (b"age", b"%d" % int(age)),
+               (b"cache-control", b"no-cache"), (b"vary", b"Accept-Encoding")]
+    if rendered.stale:
+        headers.append((b"x-data-stale", b"true"))
+    if if_none_match and _etag_matches(if_none_match, rendered.etag):
+        return 304, headers, b""
+    if rendered.gzip is not None and "gzip" in accept_encoding:
+        headers.append((b"content-encoding", b"gzip"))
+        body = rendered.gzip
+    else:
+        body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
+    headers += [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
+    return 200, headers, body
+
+
+class _Answer(Response):
+    """A response from :func:`_answer`'s parts (no header parsing nor rendering of its own)."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status_code = status
+        self.raw_headers = headers
+        self.body = body
+        self.background = None
+
+
 def respond(request: Request, rendered: Rendered, clock: Callable[[], float] = time.monotonic) -> Response:
     """The HTTP response for ``rendered``: 304 on a matching ``If-None-Match``, gzip when accepted."""
-    age = max(0.0, clock() - rendered.fetched_mono)
-    headers = {
-        "ETag": rendered.etag,
-        "X-Data-Age": f"{age:.3f}",
-        "Age": str(int(age)),
-        "Cache-Control": "no-cache",
-        "Vary": "Accept-Encoding",
-    }
-    if rendered.stale:
-        headers["X-Data-Stale"] = "true"
-    inm = request.headers.get("if-none-match")
-    if inm and _etag_matches(inm, rendered.etag):
-        return Response(status_code=304, headers=headers)
-    if rendered.gzip is not None and "gzip" in request.headers.get("accept-encoding", ""):
-        headers["Content-Encoding"] = "gzip"
-        return Response(rendered.gzip, media_type="application/json", headers=headers)
-    body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
-    return Response(body, media_type="application/json", headers=headers)
+    return _Answer(*_answer(rendered, request.headers.get("if-none-match"),
+                            request.headers.get("accept-encoding", ""), clock))
 
 
 async def read_capped(request: Request, limit: int, refuse: Callable[[], Awaitable[Exception]]) -> bytes:
@@ -89,24 +102,25 @@ def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class _FastRoute:
-    path: str
+#: ``observe(method, route, status, seconds)``: what the request metrics record of an answer.
+Observe = Callable[[str, str, int, float], None]
 
 
 class FastReads:
-    """ASGI middleware: answers ``GET`` of a cached view straight from its bytes.
+    """The cached fast path: answers ``GET`` of a cached view straight from its bytes, in front
+    of the whole application (no routing, no middleware stack).
 
     Only when the view's snapshots are all fresh (younger than the interval, not stale), the
     request has no query string or one whose view was rendered from these snapshots for an
     earlier request, and the route's own permission dependency admits the caller; everything
     else (first request, refresh, errors, bad parameters, refused callers) goes through the
-    FastAPI route as usual. Routing and dependency
-    resolution cost more than the rest of a cached answer: this is what lets one worker
-    serve thousands of requests per second.
+    FastAPI route as usual (:meth:`answer` returns False). Routing, dependency resolution and
+    the middleware layers cost more than the rest of a cached answer, so what those layers add
+    to every answer is added here too: the headers of :attr:`headers` (the security headers)
+    and the request metrics of :attr:`observe`, both set by
+    :func:`~slurmtower.api.app.create_app`.
 
     Args:
-        app: the wrapped ASGI app.
         cache: the shared cache.
         views: path -> (view name, resources the view is built from).
         permission: the routes' permission dependency (``require(Perm.READ).dependency``).
@@ -116,74 +130,59 @@ class FastReads:
             and query its views under the same suffixed names.
     """
 
-    def __init__(self, app: Any, *, cache: SnapshotCache,
-                 views: dict[str, tuple[str, tuple[str, ...]]],
+    def __init__(self, *, cache: SnapshotCache, views: dict[str, tuple[str, tuple[str, ...]]],
                  permission: Callable[[Request], Any],
                  variants: Mapping[str, Callable[[Any], str]] | None = None) -> None:
-        self.app = app
         self.cache = cache
         self.views = views
         self.permission = permission
         self.variants = dict(variants or {})
+        #: The headers every answer of the application carries, by request scope.
+        self.headers: Callable[[MutableMapping[str, Any]], list[tuple[bytes, bytes]]] = lambda scope: []
+        self.observe: Observe | None = None
 
-    async def _variant(self, scope: dict[str, Any], receive: Any, send: Any, variant: Callable[[Any], str],
-                       found: tuple[str, tuple[str, ...]]) -> bool:
-        """Answer from the caller's own view of the path, if it is fresh (True: answered)."""
-        added = "route" not in scope
-        scope.setdefault("route", _FastRoute(scope["path"]))  # /metrics labels it by its path
-        request = Request(scope, receive)
-        try:
-            principal = await self.permission(request)
-        except SlurmtowerError:
-            if added:
-                del scope["route"]
-            return False
-        suffix = variant(principal)
+    def _rendered(self, scope: MutableMapping[str, Any], name: str, resources: tuple[str, ...],
+                  suffix: str) -> Rendered | None:
         query = scope.get("query_string")
-        rendered: Rendered | None = None
         if not query:
-            rendered = self.cache.fresh_view(found[0] + suffix, found[1])
-        else:
-            pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-            params = dict(pairs)
-            if len(params) == len(pairs):
-                rendered = self.cache.fresh_query(query_key(scope["path"] + suffix, params))
-        if rendered is None:
-            if added:
-                del scope["route"]
-            return False
-        await respond(request, rendered, self.cache.clock)(scope, receive, send)
-        return True
+            return self.cache.fresh_view(name + suffix, resources)
+        # A filtered view some client asked for since the last refresh (so its parameters
+        # were checked): the same query, answered from its bytes.
+        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+        params = dict(pairs)
+        if len(params) != len(pairs):
+            return None
+        return self.cache.fresh_query(query_key(scope["path"] + suffix, params))
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
-            found = self.views.get(scope["path"])
-            rendered: Rendered | None = None
-            variant = self.variants.get(scope["path"])
-            if found is not None and variant is not None:
-                if await self._variant(scope, receive, send, variant, found):
-                    return
-                found = None
-            if found is not None:
-                query = scope.get("query_string")
-                if not query:
-                    rendered = self.cache.fresh_view(*found)
-                else:
-                    # A filtered view some client asked for since the last refresh (so its
-                    # parameters were checked): the same query, answered from its bytes.
-                    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-                    params = dict(pairs)
-                    if len(params) == len(pairs):
-                        rendered = self.cache.fresh_query(query_key(scope["path"], params))
-                if rendered is not None:
-                    # /metrics labels requests by route template: this one is its path.
-                    scope.setdefault("route", _FastRoute(scope["path"]))
-                    request = Request(scope, receive)
-                    try:
-                        await self.permission(request)
-                    except SlurmtowerError:
-                        pass  # the route answers with the proper problem
-                    else:
-                        await respond(request, rendered, self.cache.clock)(scope, receive, send)
-                        return
-        await self.app(scope, receive, send)
+    async def answer(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> bool:
+        """Answer a ``GET`` from its fresh cached view (True), or leave it to the routes (False)."""
+        path = scope["path"]
+        found = self.views.get(path)
+        if found is None:
+            return False
+        start = time.perf_counter()
+        variant = self.variants.get(path)
+        rendered = self._rendered(scope, *found, "") if variant is None else None
+        if variant is None and rendered is None:
+            return False  # nothing fresh: not worth authenticating twice
+        try:
+            principal = await self.permission(Request(scope, receive))
+        except SlurmtowerError:
+            return False  # the route answers with the proper problem (the outcome is kept)
+        if variant is not None:
+            rendered = self._rendered(scope, *found, variant(principal))
+        if rendered is None:
+            return False
+        if_none_match, accept_encoding = None, ""
+        for key, value in scope["headers"]:
+            if key == b"if-none-match":
+                if_none_match = value.decode("latin-1")
+            elif key == b"accept-encoding":
+                accept_encoding = value.decode("latin-1")
+        status, headers, body = _answer(rendered, if_none_match, accept_encoding, self.cache.clock)
+        headers += self.headers(scope)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        if self.observe is not None:
+            self.observe("GET", path, status, time.perf_counter() - start)
+        await send({"type": "http.response.body", "body": body})
+        return True

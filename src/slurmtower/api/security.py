@@ -469,6 +469,9 @@ class _AuthState:
         self._auth = auth
         self._entries: list[TokenEntry] | None = None
         self._table: list[tuple[bytes, Principal, float | None]] = []
+        #: token -> its entry of :meth:`tokens`, for tokens that matched one (at most one per
+        #: entry: a token is its entry's preimage); emptied when the list is replaced.
+        self.matched: dict[str, tuple[bytes, Principal, float | None]] = {}
         self.token_state = _TokenState(TokenLedger(store) if store is not None else None)
 
     def tokens(self) -> list[tuple[bytes, Principal, float | None]]:
@@ -479,18 +482,19 @@ class _AuthState:
                             e.expires.timestamp() if e.expires is not None else None)
                            for e in self._auth.tokens]
             self._entries = self._auth.tokens
+            self.matched = {}
         return self._table
 
 
 def _state(request: Request) -> _AuthState:
     """The app's auth state, built on first use from the app's settings."""
-    app_state = request.app.state
-    found: _AuthState | None = getattr(app_state, "slurmtower_auth", None)
+    app = request.scope["app"]
+    found: _AuthState | None = app.__dict__.get("slurmtower_auth")  # every request asks: no State lookup
     if found is None:
-        services = request.app.state.services
+        services = app.state.services
         store = services.event_store  # the deployment's store (the events module opens it)
         found = _AuthState(services.settings.auth, store.engine if store is not None else None)
-        app_state.slurmtower_auth = found
+        app.slurmtower_auth = app.state.slurmtower_auth = found  # (the state's: what tests inspect)
     return found
 
 
@@ -545,12 +549,19 @@ async def verify_token(request: Request, token: str) -> Principal:
 
 async def _verify(request: Request, token: str) -> Principal:
     state = _state(request)
-    digest = hash_token(token).encode()
-    match: tuple[Principal, float | None] | None = None
-    # Compare against every entry so the time taken does not tell which one matched.
-    for expected, principal, expires in state.tokens():
-        if hmac.compare_digest(expected, digest) and match is None:
-            match = principal, expires
+    table = state.tokens()
+    known = state.matched.get(token)
+    if known is not None:
+        digest, principal, expires = known
+        match: tuple[Principal, float | None] | None = principal, expires
+    else:
+        digest = hash_token(token).encode()
+        match = None
+        # Compare against every entry so the time taken does not tell which one matched.
+        for entry in table:
+            if hmac.compare_digest(entry[0], digest) and match is None:
+                match = entry[1], entry[2]
+                state.matched[token] = entry
     if match is not None:
         principal, expires = match
         if expires is not None and expires <= time.time():
@@ -580,7 +591,9 @@ async def authenticate(request: Request) -> Principal:
     Raises :class:`AuthenticationError` for bad credentials (401) and
     :class:`LoginRateLimited` (429) for an address with too many recent failures.
     """
-    done: Principal | SlurmtowerError | None = getattr(request.state, "slurmtower_principal", None)
+    # request.state's own dict (the scope's "state"), read directly: every request asks.
+    kept = request.scope.setdefault("state", {})
+    done: Principal | SlurmtowerError | None = kept.get("slurmtower_principal")
     if isinstance(done, Principal):
         return done
     if done is not None:
@@ -588,9 +601,9 @@ async def authenticate(request: Request) -> Principal:
     try:
         principal = await _authenticate(request)
     except SlurmtowerError as exc:
-        request.state.slurmtower_principal = exc
+        kept["slurmtower_principal"] = exc
         raise
-    request.state.slurmtower_principal = principal
+    kept["slurmtower_principal"] = principal
     return principal
 
 

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, values
 from prometheus_client import Counter as PromCounter
@@ -260,6 +260,7 @@ class AppMetrics:
         self.slurm_latency = Histogram("slurmtower_slurm_call_duration_seconds",
                                        "Duration of slurmtower's own calls to Slurm, by kind", ["kind"],
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.cluster = _ClusterCollector(multiprocess=multiprocess)
         self.processes = _ProcessCollector(services, multiprocess=multiprocess)
         self.snapshot_queries: PromCounter | None = None
@@ -280,6 +281,18 @@ class AppMetrics:
         self.scrape_registry.register(self.cluster)
         self.scrape_registry.register(self.processes)
         self._store_lock = asyncio.Lock()
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request and its time to the response headers, by route template."""
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            # Label lookups cost more than the observation: kept per (method, route, status),
+            # whose values are bounded (route templates, not paths).
+            children = (self.requests.labels(method, route, str(status)), self.latency.labels(method, route))
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_cache(self, cache: SnapshotCache | None) -> None:
         """Count ``cache``'s Slurm queries in the multiprocess counter (once per cache)."""

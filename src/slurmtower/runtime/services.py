@@ -48,9 +48,11 @@ _ACCOUNTING_LOCK = threading.Lock()
 class Metrics(Protocol):
     """What the runtime needs of the process's metrics
     (:class:`~slurmtower.runtime.metrics.AppMetrics`): the registry forwarders count into,
-    and closing them when the process stops."""
+    what an answered request records (for the cached fast path), and closing them when the process stops."""
 
     registry: Any
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None: ...
 
     def close(self) -> None: ...
 

@@ -179,8 +179,8 @@ def setup(services: Services, app: FastAPI) -> None:
         snap = cache.peek("jobs")
         return _queue_variant(policy, snap.value if snap is not None else None, viewer)[0]
 
-    app.add_middleware(FastReads, cache=cache, views=FAST_VIEWS, permission=_READ.dependency,
-                       variants={"/queue": queue_suffix})
+    app.fast_reads = FastReads(cache=cache, views=FAST_VIEWS, permission=_READ.dependency,  # type: ignore[attr-defined]
+                               variants={"/queue": queue_suffix})
 
 
 def _queue(table: JobTable) -> bytes:

@@ -53,9 +53,8 @@ class _RequestMetrics:
             status["done"] = True
             route = scope.get("route")
             path = getattr(route, "path", None) or _UNMATCHED
-            method = scope.get("method", "GET")
-            self.metrics.requests.labels(method, path, str(status["code"])).inc()
-            self.metrics.latency.labels(method, path).observe(time.perf_counter() - start)
+            self.metrics.observe_request(scope.get("method", "GET"), path, int(status["code"]),
+                                         time.perf_counter() - start)
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
