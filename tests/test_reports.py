@@ -10,8 +10,14 @@ seconds``), exact where both read the same rows.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import os
 import subprocess
+import sys
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,11 +34,22 @@ from slurmtower.accounting.reports import (
     UsageQuery,
     WaitQuery,
 )
+from slurmtower.api import create_app
+from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster, RollUp
-from slurmtower.errors import InvalidInput
-from slurmtower.settings import Settings
+from slurmtower.errors import InvalidInput, PermissionDenied
+from slurmtower.principal import Principal
+from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
+from slurmtower.visibility import Visibility
+from tests.auth_helpers import ADMIN, OPERATOR, READER, bearer, with_tokens
 from tests.conftest import sh, submit, wait_for
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+SCRIPT = str(Path(sys.executable).with_name("slurmtower"))
 
 #: The machine's zone: slurmdbd rolls days and months up at its local midnights.
 ZONE = Path("/etc/timezone").read_text().strip() if Path("/etc/timezone").exists() else "UTC"
@@ -413,3 +430,161 @@ def test_a_job_table_report_takes_any_second(reports: Reports, rolled: Rolled) -
     report = reports.usage(UsageQuery(start=start.isoformat(), end=int(rolled.end.timestamp()) - 3,
                                       group_by="partition"))
     assert report.start == start and report.periods[0].start == start
+
+
+# -- the HTTP route, who sees what, the CLI --------------------------------------------------------
+
+ALICE = "stw_test_alice_user_token"
+
+
+@pytest.fixture(scope="module")
+def api(cluster_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    s = with_tokens(cluster_settings.model_copy(deep=True))
+    s.state_dir = tmp_path_factory.mktemp("reports-api")
+    s.accounting.time_zone = ZONE  # as the `reports` fixture's, which the answers are compared with
+    s.auth.tokens = [*s.auth.tokens, TokenEntry(name="alice", role="user", sha256=hash_token(ALICE))]
+    s.archiver.archive_usage_load = False
+    s.api.refresh_in_subprocess = False
+    with TestClient(create_app(s)) as client:
+        yield client
+
+
+def _params(rolled: Rolled, **extra: str) -> dict[str, str]:
+    return {"start": rolled.start.isoformat(), "end": rolled.end.isoformat(), **extra}
+
+
+def test_the_usage_route_answers_as_the_library_in_json_and_csv(api: TestClient, reports: Reports,
+                                                                 rolled: Rolled) -> None:
+    params = _params(rolled, group_by="account+user", tres="cpu,mem", period="hour")
+    got = api.get("/reports/usage", params=params, headers=bearer(OPERATOR))
+    assert got.status_code == 200, got.text
+    want = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account+user", tres=TRES,
+                                    period="hour"))
+    assert got.json() == want.model_dump(mode="json")
+    assert got.json()["total_seconds"]["cpu"] > 0
+    as_csv = api.get("/reports/usage", params={**params, "format": "csv"}, headers=bearer(OPERATOR))
+    by_accept = api.get("/reports/usage", params=params, headers={**bearer(OPERATOR), "Accept": "text/csv"})
+    assert as_csv.headers["content-type"].startswith("text/csv") and as_csv.text == by_accept.text
+    assert as_csv.headers["content-disposition"].startswith('attachment; filename="slurmtower-usage-')
+    rows = list(csv.DictReader(io.StringIO(as_csv.text)))
+    # one row per group, hour and TRES; the CPU-seconds add up to the report's total
+    assert len(rows) == len(want.groups) * len(want.periods) * len(TRES)
+    assert sum(int(r["tres_seconds"]) for r in rows if r["tres"] == "cpu") == want.total_seconds["cpu"]
+
+
+def test_a_user_sees_their_own_usage_and_their_accounts_totals(api: TestClient, reports: Reports,
+                                                               rolled: Rolled) -> None:
+    mine = sorted({a.account for u in reports.db.users("alice") for a in u.associations})
+    assert mine
+    alice = bearer(ALICE)
+    own = api.get("/reports/usage", params=_params(rolled, group_by="user"), headers=alice).json()
+    assert [g["user"] for g in own["groups"]] == ["alice"]
+    everyone = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="user"))
+    assert len(everyone.groups) > 1  # bob and root used the cluster too: they are left out
+    accounts = api.get("/reports/usage", params=_params(rolled, group_by="account"), headers=alice).json()
+    assert {g["account"] for g in accounts["groups"]} <= set(mine)
+    assert accounts == reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account",
+                                                accounts=mine)).model_dump(mode="json")
+    # the cluster's and partitions' totals are no one's own figures
+    assert api.get("/reports/usage", params=_params(rolled, group_by="cluster"), headers=alice).status_code == 200
+    for extra, param in (({"users": "bob"}, "users"), ({"group_by": "account", "accounts": "chemistry"}, "accounts"),
+                         ({"group_by": "user", "users": "alice,bob"}, "users")):
+        if extra.get("accounts") in mine:
+            continue
+        refused = api.get("/reports/usage", params=_params(rolled, **extra), headers=alice)
+        assert refused.status_code == 403 and refused.json()["param"] == param, refused.text
+    eff = api.get("/reports/efficiency", params=_params(rolled), headers=alice).json()
+    assert {r["user"] for r in eff["rows"]} <= {"alice"}
+
+
+def test_readers_see_totals_only(api: TestClient, rolled: Rolled) -> None:
+    reader = bearer(READER)
+    for group_by in ("user", "account+user"):
+        refused = api.get("/reports/usage", params=_params(rolled, group_by=group_by), headers=reader)
+        assert refused.status_code == 403 and refused.json()["param"] == "group_by"
+    refused = api.get("/reports/usage", params=_params(rolled, group_by="partition", users="alice"), headers=reader)
+    assert refused.status_code == 403 and refused.json()["param"] == "users"
+    for kind, extra in (("usage", {"group_by": "account"}), ("usage", {"group_by": "partition"}),
+                        ("efficiency", {"group_by": "account"}), ("waits", {}), ("availability", {})):
+        assert api.get(f"/reports/{kind}", params=_params(rolled, **extra), headers=reader).status_code == 200, kind
+    assert api.get("/reports/usage", params=_params(rolled)).status_code == 401
+
+
+@pytest.mark.parametrize(("access", "role", "group_by", "users", "accounts", "expect"), [
+    ("all", "reader", "user", [], [], ([], [])),
+    ("none", "reader", "cluster", [], [], "group_by=None"),
+    ("own", "user", "account+user", [], ["physics"], (["alice"], ["physics"])),
+    ("own", "user", "partition", ["alice"], [], (["alice"], [])),
+    ("totals", "user", "account", [], ["chemistry"], ([], ["chemistry"])),
+    ("totals", "user", "user", [], [], "group_by"),
+], ids=["all", "none", "own-pair", "own-partition", "totals-account", "totals-user"])
+def test_what_the_site_opens_to_readers_and_users(access: str, role: str, group_by: str, users: list[str],
+                                                  accounts: list[str], expect: object) -> None:
+    policy = Visibility(reports_for_readers=access if role == "reader" else "totals",
+                        reports_for_users=access if role == "user" else "own")
+    who = Principal(name="alice", role=role)
+    asked = []
+
+    def own() -> list[str]:
+        asked.append(1)
+        return ["physics"]
+
+    if isinstance(expect, str):
+        with pytest.raises(PermissionDenied) as denied:
+            policy.report_filters(who, group_by=group_by, users=users, accounts=accounts, own_accounts=own)
+        assert denied.value.extra.get("param") == (None if expect == "group_by=None" else expect)
+        return
+    assert policy.report_filters(who, group_by=group_by, users=users, accounts=accounts, own_accounts=own) == expect
+    operator = Principal(name="otto", role="operator")
+    assert policy.report_filters(operator, group_by="user", users=["bob"], accounts=[], own_accounts=own) == (["bob"], [])
+    assert not asked or access == "own"  # slurmdbd is asked for the accounts only when they matter
+
+
+@pytest.mark.parametrize(("path", "extra", "param"), [
+    ("/reports/usage", {"start": None}, "start"),
+    ("/reports/usage", {"end": None}, "end"),
+    ("/reports/usage", {"start": "yesterday"}, "start"),
+    ("/reports/usage", {"group_by": "planet"}, "group_by"),
+    ("/reports/usage", {"period": "fortnight"}, "period"),
+    ("/reports/usage", {"tres": "cpu,unobtainium"}, "tres"),
+    ("/reports/usage", {"top": "0"}, "top"),
+    ("/reports/usage", {"top": "ten"}, "top"),
+    ("/reports/usage", {"format": "xml"}, "format"),
+    ("/reports/usage", {"color": "red"}, "color"),
+    ("/reports/efficiency", {"group_by": "partition"}, "group_by"),
+    ("/reports/waits", {"size_buckets": "10,x"}, "size_buckets"),
+    ("/reports/availability", {"partitions": "nope"}, "partitions"),
+], ids=lambda v: str(v) if not isinstance(v, dict) else ",".join(v))
+def test_bad_report_input_is_a_400_naming_the_parameter(api: TestClient, rolled: Rolled, path: str,
+                                                        extra: dict[str, str | None], param: str) -> None:
+    params = {k: v for k, v in {**_params(rolled), **extra}.items() if v is not None}
+    resp = api.get(path, params=params, headers=bearer(ADMIN))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["param"] == param and resp.headers["content-type"] == "application/problem+json"
+
+
+def test_the_cli_prints_the_report_and_refuses_bad_input(devcluster: DevCluster, reports: Reports,
+                                                         rolled: Rolled, tmp_path: Path) -> None:
+    env = {**os.environ, "SLURM_CONF": str(devcluster.slurm_conf), "SLURMTOWER_CONFIG": str(devcluster.tower_conf),
+           "SLURMTOWER_STATE_DIR": str(tmp_path), "SLURMTOWER_ACCOUNTING__TIME_ZONE": ZONE}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([SCRIPT, "report", *args], capture_output=True, text=True, env=env, timeout=60,
+                              check=False)
+
+    span = ("--start", rolled.start.isoformat(), "--end", rolled.end.isoformat())
+    res = cli("usage", *span, "--group-by", "account", "--tres", "cpu,mem", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    want = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
+    assert json.loads(res.stdout) == want.model_dump(mode="json")
+    res = cli("usage", *span, "--group-by", "account")
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and lines[0].split()[:3] == ["period_start", "period_end", "group"]
+    assert {line.split()[2] for line in lines[1:len(want.groups) + 1]} == {g.name for g in want.groups}
+    assert lines[len(want.groups) + 1] == "source: assoc_usage_hour"
+    res = cli("usage", *span, "--group-by", "planet")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "group_by" in res.stderr, res.stderr
+    res = cli("usage", "--end", rolled.end.isoformat())
+    assert res.returncode == 2 and "--start" in res.stderr
+    res = cli("availability", *span, "-o", "csv")
+    assert res.returncode == 0 and res.stdout.startswith("partition,node,nodes,"), res.stderr

@@ -80,6 +80,9 @@ class AccountingSettings(_Section):
     job_table: str | None = None
     assoc_table: str | None = None
     step_table: str | None = None
+    time_zone: str = "UTC"
+    """The zone slurmdbd runs in: its day and month rollups follow its local midnights, and the
+    usage reports cut days, weeks and months in it."""
     connect_timeout: float = 5.0
     query_timeout: float = 10.0
     request_wait: float = Field(default=4.0, gt=0)
@@ -131,6 +134,13 @@ class ApiSettings(_Section):
     hold secrets. Operators and admins see them on every job."""
     readers_see_private_job_fields: bool = False
     """Readers see :attr:`private_job_fields` on every user's jobs too."""
+    reports_for_readers: Literal["all", "totals", "none"] = "totals"
+    """What readers see of the usage reports (``/reports``): every figure, totals only (the
+    cluster, partitions, QOS and accounts, no one user's figures), or none."""
+    reports_for_users: Literal["all", "own", "totals", "none"] = "own"
+    """What the ``user`` role sees of the usage reports: every figure, their own usage and
+    their accounts' totals (besides the cluster's, partitions' and QOS's), totals only, or none.
+    Operators and admins see every figure."""
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,7 +28,7 @@ from slurmtower.errors import PermissionDenied
 from slurmtower.models import Job, Node, Partition
 from slurmtower.models.table import JobTable
 from slurmtower.nodeset import NodeSet
-from slurmtower.principal import READER, Perm, role_perm
+from slurmtower.principal import READER, USER, Perm, role_perm
 
 if TYPE_CHECKING:
     from slurmtower.settings import Settings
@@ -62,6 +62,8 @@ class Visibility:
     hidden_partitions: frozenset[str] = frozenset()
     private_job_fields: frozenset[str] = DEFAULT_PRIVATE_JOB_FIELDS
     readers_see_private: bool = False
+    reports_for_readers: str = "totals"
+    reports_for_users: str = "own"
     _strip: re.Pattern[bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -77,7 +79,8 @@ class Visibility:
         api = settings.api
         return cls(hidden_partitions=frozenset(api.hidden_partitions),
                    private_job_fields=frozenset(api.private_job_fields),
-                   readers_see_private=api.readers_see_private_job_fields)
+                   readers_see_private=api.readers_see_private_job_fields,
+                   reports_for_readers=api.reports_for_readers, reports_for_users=api.reports_for_users)
 
     # -- hidden partitions -----------------------------------------------------------------
     def shows_partition(self, name: str | None) -> bool:
@@ -133,6 +136,63 @@ class Visibility:
             if part.nodes:
                 (hidden if part.name in self.hidden_partitions else shown).update(NodeSet(part.nodes))
         return frozenset(hidden - shown)
+
+    # -- usage reports -------------------------------------------------------------------------
+    def report_access(self, viewer: Viewer) -> str:
+        """``all``, ``own``, ``totals`` or ``none``: what ``viewer`` sees of the usage reports
+        (operators and admins every figure; readers and users as ``api.reports_for_*`` say)."""
+        if role_perm(viewer.role) >= Perm.OPERATE:
+            return "all"
+        return self.reports_for_users if viewer.role == USER else self.reports_for_readers
+
+    def report_filters(self, viewer: Viewer, *, group_by: str | None, users: Sequence[str],
+                       accounts: Sequence[str], own_accounts: Callable[[], Sequence[str]]
+                       ) -> tuple[list[str], list[str]]:
+        """The users and accounts a report for ``viewer`` covers: what was asked, narrowed to
+        what the viewer may see. ``totals``: no one user's figures (no ``group_by`` of users,
+        no ``users`` filter). ``own``: the viewer's own usage (users narrowed to the viewer)
+        and their accounts' totals (accounts narrowed to ``own_accounts()``, the accounts of
+        the viewer's associations in slurmdbd, asked only when needed).
+
+        Raises:
+            PermissionDenied: naming ``group_by``, ``users`` or ``accounts`` when the viewer
+                asked for more than they may see (nothing is narrowed silently).
+        """
+        access = self.report_access(viewer)
+        users, accounts = list(users), list(accounts)
+        setting = "api.reports_for_users" if viewer.role == USER else "api.reports_for_readers"
+        if access == "none":
+            raise PermissionDenied(f"usage reports are not open to {viewer.role}s ({setting})")
+        if access == "all":
+            return users, accounts
+        personal = group_by in ("user", "account+user")
+        if access == "totals":
+            if personal:
+                raise PermissionDenied(f"{viewer.role}s see totals only, not group_by={group_by} ({setting})",
+                                       param="group_by")
+            if users:
+                raise PermissionDenied(f"{viewer.role}s see totals only, not a user's usage ({setting})",
+                                       param="users")
+            return users, accounts
+        others = [u for u in users if u != viewer.name]
+        if others:
+            raise PermissionDenied(f"{viewer.name} may see only their own usage, not {others[0][:60]!r}",
+                                   param="users")
+        if personal:
+            users = [viewer.name]
+        if personal and not accounts:
+            return users, accounts
+        mine = list(own_accounts())
+        foreign = [a for a in accounts if a not in mine]
+        if foreign:
+            raise PermissionDenied(f"{viewer.name} may see only their accounts' totals, not {foreign[0][:60]!r}",
+                                   param="accounts")
+        if not accounts and group_by not in ("cluster", "partition", "qos"):
+            if not mine:
+                raise PermissionDenied(f"{viewer.name} has no account in slurmdbd: no account totals to show",
+                                       param="accounts")
+            accounts = mine
+        return users, accounts
 
     # -- private job fields ------------------------------------------------------------------
     def sees_all_private(self, viewer: Viewer) -> bool:

@@ -41,6 +41,7 @@ ROUTE_MODULES = (
     "health",
     "live",
     "history",
+    "reports",  # /reports/{usage,efficiency,waits,availability}
     "load",
     "events",
     "actions",
@@ -58,6 +59,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "health": (),
     "live": ("live",),
     "history": ("accounting",),
+    "reports": ("accounting", "live"),
     "load": ("live", "archive"),
     "events": ("events",),
     "actions": ("actions",),

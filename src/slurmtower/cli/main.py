@@ -16,7 +16,8 @@ import slurmtower.cli.auth
 import slurmtower.cli.db
 import slurmtower.cli.devcluster
 import slurmtower.cli.events
-import slurmtower.cli.misc  # noqa: F401
+import slurmtower.cli.misc
+import slurmtower.cli.reports  # noqa: F401
 from slurmtower.cli.app import app
 from slurmtower.errors import SlurmtowerError
 

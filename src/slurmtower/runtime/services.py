@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
 
-from slurmtower.accounting import AccountingDB
+from slurmtower.accounting import AccountingDB, Reports
 from slurmtower.accounting.pool import AccountingPool
 from slurmtower.errors import AccountingUnavailable, ConfigError
 from slurmtower.live.cache import SnapshotCache, build_cache
@@ -127,6 +127,7 @@ class Services:
     """Keeps the snapshots on disk for the next start (``api.keep_snapshots_interval``)."""
     metrics: Metrics | None = None
     accounting: AccountingDB | None = None
+    report_reader: Reports | None = None
     accounting_pool: AccountingPool | None = None
     """The threads database reads run in (bounded, their own)."""
     event_store: EventStore | None = None
@@ -270,6 +271,12 @@ class Services:
                 raise AccountingUnavailable(f"accounting database not usable: {exc.message}") from exc
             self.accounting = db
             return db
+
+    def reports(self) -> Reports:
+        """The usage reports over :meth:`accounting_db` (blocking: call from a worker thread)."""
+        if self.report_reader is None:
+            self.report_reader = Reports(self.accounting_db(), tz=self.settings.accounting.time_zone)
+        return self.report_reader
 
     def accounting_threads(self) -> AccountingPool:
         """The bounded threads database reads run in (made on first use)."""

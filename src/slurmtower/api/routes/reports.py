@@ -1,0 +1,132 @@
+"""``/reports/{usage,efficiency,waits,availability}``: usage reports from slurmdbd's database
+(:mod:`slurmtower.runtime.reports`), in JSON or CSV (``format=csv`` or ``Accept: text/csv``).
+
+Parameters are parsed strictly (an unknown or repeated one is a 400 naming it), narrowed to
+what the caller may see (operators and admins: everything; readers and users as
+``api.reports_for_readers`` / ``api.reports_for_users`` say, a 403 naming the parameter
+beyond that), and read in the accounting threads (a slow database answers 503, never blocks
+the event loop).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from slurmtower.api.deps import ServicesDep
+from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.reads import strict_query
+from slurmtower.api.security import Perm, Principal, require
+from slurmtower.errors import InvalidInput
+from slurmtower.models import Partition
+from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
+from slurmtower.runtime import Services
+from slurmtower.runtime.reports import REPORT_PARAMS, AnyReport, parse_report, report_csv, run_report
+from slurmtower.visibility import Visibility
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["reports"])
+
+_CSV = "text/csv"
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {_CSV: {"schema": {"type": "string"}}},
+          "description": "The report (JSON, or CSV with `format=csv` or `Accept: text/csv`)."},
+    **problems(400, *READ_PROBLEMS, 503),
+}
+
+# Required, but checked by the route (after unknown parameters, which are named first).
+_Time = Annotated[str | None, Query(description="ISO 8601 (naive = UTC) or Unix seconds; hour-aligned for the "
+                                    "rollup sources. Required.")]
+_Names = Annotated[str | None, Query(description="Comma-separated names: only these.")]
+_Format = Annotated[str | None, Query(description="`json` (default) or `csv`.")]
+_Top = Annotated[str | None, Query(description="Only the N largest groups (1-1000).")]
+
+
+def _wants_csv(request: Request, fmt: str | None) -> bool:
+    if fmt is not None:
+        if fmt not in ("json", "csv"):
+            raise InvalidInput(f"format must be json or csv, not {fmt[:60]!r}", param="format")
+        return fmt == "csv"
+    accept = request.headers.get("accept", "")
+    return _CSV in accept and "application/json" not in accept
+
+
+def _own_accounts(services: Services, name: str) -> list[str]:
+    return sorted({a.account for user in services.accounting_db().users(name) for a in user.associations})
+
+
+async def _report(request: Request, services: Services, principal: Principal, kind: str) -> Any:
+    params = strict_query(request, (*REPORT_PARAMS[kind], "format"))
+    csv = _wants_csv(request, params.pop("format", None))
+    wanted = tuple(p for p in params.get("partitions", "").split(",") if p) if kind == "availability" else ()
+    query = parse_report(kind, params)
+    policy = Visibility.from_settings(services.settings)
+    partitions: list[Partition] = []
+    if kind == "availability":
+        partitions = policy.partitions((await services.live().partitions()).value)
+
+    def read() -> AnyReport:
+        return run_report(services.reports(), query, principal, policy, partitions=partitions,
+                          wanted_partitions=wanted, own_accounts=lambda: _own_accounts(services, principal.name))
+
+    report = await services.accounting_threads().run(read)
+    if csv:
+        name = f"slurmtower-{kind}-{report.start:%Y%m%dT%H%M}-{report.end:%Y%m%dT%H%M}.csv"
+        return Response(report_csv(report), media_type=f"{_CSV}; charset=utf-8",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return report
+
+
+@router.get("/reports/usage", response_model=UsageReport, responses=_RESPONSES)
+async def usage(
+    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    start: _Time = None, end: _Time = None,
+    period: Annotated[str | None, Query(description="hour, day, week, month or range (default).")] = None,
+    group_by: Annotated[str | None, Query(description="cluster, account (default), user, account+user, "
+                                          "partition or qos.")] = None,
+    tres: Annotated[str | None, Query(description="Comma-separated TRES (default cpu): cpu, mem, energy, "
+                                      "gres/gpu ... as the cluster tracks them.")] = None,
+    top: _Top = None, users: _Names = None, accounts: _Names = None,
+    rollup: Annotated[str | None, Query(description="auto (default), hour, day or month: the rollup table.")] = None,
+    format: _Format = None,
+) -> Any:
+    """Usage per group and period in TRES-hours, as sreport counts it (rollup tables; the job table
+    for partitions and QOS), with totals, shares and the source that served it."""
+    return await _report(request, services, principal, "usage")
+
+
+@router.get("/reports/efficiency", response_model=EfficiencyReport, responses=_RESPONSES)
+async def efficiency(
+    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    start: _Time = None, end: _Time = None,
+    group_by: Annotated[str | None, Query(description="user (default), account or account+user.")] = None,
+    top: _Top = None, users: _Names = None, accounts: _Names = None, format: _Format = None,
+) -> Any:
+    """CPU and memory efficiency (used over allocated, as seff counts it) of the jobs that ended in the range."""
+    return await _report(request, services, principal, "efficiency")
+
+
+@router.get("/reports/waits", response_model=WaitReport, responses=_RESPONSES)
+async def waits(
+    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    start: _Time = None, end: _Time = None,
+    size_buckets: Annotated[str | None, Query(description="Lower CPU bounds of the size buckets after the "
+                                              "first (default 50,250,500,1000).")] = None,
+    partitions: _Names = None, accounts: _Names = None, format: _Format = None,
+) -> Any:
+    """Wait times and job sizes per partition and account (like sreport job SizesByAccount)."""
+    return await _report(request, services, principal, "waits")
+
+
+@router.get("/reports/availability", response_model=AvailabilityReport, responses=_RESPONSES)
+async def availability(
+    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    start: _Time = None, end: _Time = None, partitions: _Names = None,
+    top_reasons: Annotated[str | None, Query(description="Reasons listed per row (default 10).")] = None,
+    format: _Format = None,
+) -> Any:
+    """Down and drained node-hours per partition and node from slurmdbd's event table, the costliest reasons first."""
+    return await _report(request, services, principal, "availability")

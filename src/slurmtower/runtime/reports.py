@@ -1,0 +1,217 @@
+"""The usage reports as every adapter asks for them: query parameters parsed once (the API's
+query string, the dashboard's form, the CLI's options), narrowed to what the caller may see
+(:meth:`~slurmtower.visibility.Visibility.report_filters`), run on slurmdbd's database
+(:class:`~slurmtower.accounting.reports.Reports`) and flattened to rows for CSV and tables.
+
+::
+
+    query = parse_report("usage", {"start": "2026-11-01", "end": "2026-12-01", "group_by": "account"})
+    report = run_report(services, "usage", query, principal)    # blocking: from a worker thread
+    text = report_csv(report)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from slurmtower.accounting.reports import (
+    DEFAULT_SIZE_BUCKETS,
+    AvailabilityQuery,
+    EfficiencyQuery,
+    Reports,
+    UsageQuery,
+    WaitQuery,
+)
+from slurmtower.errors import InvalidInput
+from slurmtower.models import Partition
+from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
+from slurmtower.visibility import Viewer, Visibility
+
+__all__ = [
+    "REPORT_KINDS",
+    "REPORT_PARAMS",
+    "AnyReport",
+    "ReportKind",
+    "parse_report",
+    "report_csv",
+    "report_rows",
+    "run_report",
+]
+
+ReportKind = Literal["usage", "efficiency", "waits", "availability"]
+REPORT_KINDS: tuple[str, ...] = get_args(ReportKind)
+
+AnyQuery = UsageQuery | EfficiencyQuery | WaitQuery | AvailabilityQuery
+AnyReport = UsageReport | EfficiencyReport | WaitReport | AvailabilityReport
+
+#: Each report's parameters (``start`` and ``end`` are required), as the API, the dashboard and
+#: the CLI take them; list parameters are comma-separated.
+REPORT_PARAMS: dict[str, tuple[str, ...]] = {
+    "usage": ("start", "end", "period", "group_by", "tres", "top", "users", "accounts", "rollup"),
+    "efficiency": ("start", "end", "group_by", "top", "users", "accounts"),
+    "waits": ("start", "end", "size_buckets", "partitions", "accounts"),
+    "availability": ("start", "end", "partitions", "top_reasons"),
+}
+_MAX_PARAM = 4096  # a longer value is no name list anyone means
+
+
+def _list(params: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in params.get(name, "").split(",") if v.strip())
+
+
+def _int(params: Mapping[str, str], name: str) -> int | None:
+    text = params.get(name)
+    if text is None or text == "":
+        return None
+    if not text.strip().isdigit() or len(text) > 9:
+        raise InvalidInput(f"{name} must be a whole number, not {text[:60]!r}", param=name)
+    return int(text)
+
+
+def parse_report(kind: str, params: Mapping[str, str]) -> AnyQuery:
+    """The query of report ``kind`` from its parameters (strings, as a query string has them).
+
+    Raises :class:`InvalidInput` naming the parameter: an unknown report or parameter, a
+    missing ``start``/``end``, a number that is none, a value over 4,096 characters. The
+    values themselves (a group, a period, a range) are checked by :class:`Reports`.
+    """
+    if kind not in REPORT_PARAMS:
+        raise InvalidInput(f"unknown report {kind[:60]!r} (known: {', '.join(REPORT_KINDS)})", param="report")
+    known = REPORT_PARAMS[kind]
+    for name, value in params.items():
+        if name not in known:
+            raise InvalidInput(f"unknown parameter {name[:60]!r} of the {kind} report (known: {', '.join(known)})",
+                               param=name[:60])
+        if len(value) > _MAX_PARAM:
+            raise InvalidInput(f"{name} is longer than {_MAX_PARAM} characters", param=name)
+    for name in ("start", "end"):
+        if not params.get(name):
+            raise InvalidInput(f"{name} is required (ISO 8601, e.g. 2026-11-01T00:00:00Z, or Unix seconds)",
+                               param=name)
+    start, end = params["start"], params["end"]
+    if kind == "usage":
+        return UsageQuery(start=start, end=end, period=params.get("period") or "range",
+                          group_by=params.get("group_by") or "account", tres=_list(params, "tres") or ("cpu",),
+                          top=_int(params, "top"), users=_list(params, "users"), accounts=_list(params, "accounts"),
+                          rollup=params.get("rollup") or "auto")
+    if kind == "efficiency":
+        return EfficiencyQuery(start=start, end=end, group_by=params.get("group_by") or "user",
+                               top=_int(params, "top"), users=_list(params, "users"),
+                               accounts=_list(params, "accounts"))
+    if kind == "waits":
+        buckets = _list(params, "size_buckets")
+        for b in buckets:
+            if not b.isdigit() or len(b) > 9:
+                raise InvalidInput(f"size_buckets must be whole numbers, not {b[:60]!r}", param="size_buckets")
+        return WaitQuery(start=start, end=end,
+                         size_buckets=tuple(int(b) for b in buckets) if buckets else DEFAULT_SIZE_BUCKETS,
+                         partitions=_list(params, "partitions"), accounts=_list(params, "accounts"))
+    top_reasons = _int(params, "top_reasons")
+    return AvailabilityQuery(start=start, end=end, partitions=(),  # the live partitions: run_report's
+                             top_reasons=10 if top_reasons is None else top_reasons)
+
+
+def _availability_partitions(query: AvailabilityQuery, wanted: Sequence[str],
+                             partitions: Sequence[Partition]) -> AvailabilityQuery:
+    names = {p.name for p in partitions}
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise InvalidInput(f"no partition {unknown[0][:60]!r} (known: {', '.join(sorted(names))})",
+                           param="partitions")
+    return replace(query, partitions=[p for p in partitions if not wanted or p.name in wanted])
+
+
+def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibility, *,
+               own_accounts: Any, partitions: Sequence[Partition] = (),
+               wanted_partitions: Sequence[str] = ()) -> AnyReport:
+    """Run ``query`` for ``viewer`` (blocking: the database is read in this thread).
+
+    Args:
+        reports: the reader.
+        query: from :func:`parse_report`.
+        viewer: who asks; the users and accounts the report covers are narrowed by ``policy``.
+        own_accounts: ``() -> the viewer's accounts``, asked only when the policy needs them.
+        partitions: the visible live partitions (availability reads their nodes).
+        wanted_partitions: availability's ``partitions`` parameter (none: every one).
+
+    Raises:
+        InvalidInput: a bad value (400); PermissionDenied: more than the viewer may see (403).
+    """
+    if isinstance(query, AvailabilityQuery):
+        policy.report_filters(viewer, group_by="cluster", users=(), accounts=(), own_accounts=own_accounts)
+        return reports.availability(_availability_partitions(query, wanted_partitions, partitions))
+    if isinstance(query, WaitQuery):
+        hidden = [p for p in query.partitions if not policy.shows_partition(p)]
+        if hidden:
+            raise InvalidInput(f"no partition {hidden[0][:60]!r}", param="partitions")
+        _, accounts = policy.report_filters(viewer, group_by="account", users=(), accounts=query.accounts,
+                                            own_accounts=own_accounts)
+        return reports.waits(replace(query, accounts=accounts))
+    users, accounts = policy.report_filters(viewer, group_by=query.group_by, users=query.users,
+                                            accounts=query.accounts, own_accounts=own_accounts)
+    if isinstance(query, UsageQuery):
+        return reports.usage(replace(query, users=users, accounts=accounts))
+    return reports.efficiency(replace(query, users=users, accounts=accounts))
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
+
+
+def report_rows(report: AnyReport) -> list[dict[str, Any]]:
+    """The report as flat rows (one per group and period and TRES, per row, per partition or
+    node), the columns a spreadsheet or a terminal table shows."""
+    rows: list[dict[str, Any]] = []
+    if isinstance(report, UsageReport):
+        for group in report.groups:
+            for cell in group.cells:
+                for tres in report.tres:
+                    rows.append({"period_start": cell.start, "period_end": cell.end, "group": group.name,
+                                 "account": group.account, "user": group.user, "partition": group.partition,
+                                 "qos": group.qos, "tres": tres, "tres_hours": cell.tres_hours.get(tres, 0.0),
+                                 "tres_seconds": cell.tres_seconds.get(tres, 0),
+                                 "share": group.share.get(tres)})
+    elif isinstance(report, EfficiencyReport):
+        for row in [*report.rows, report.total]:
+            rows.append(row.model_dump())
+    elif isinstance(report, WaitReport):
+        for wait in report.rows:
+            flat = wait.model_dump(exclude={"sizes"})
+            for bucket in wait.sizes:
+                upper = "" if bucket.max_cpus is None else bucket.max_cpus
+                flat[f"jobs_{bucket.min_cpus}-{upper}_cpus"] = bucket.jobs
+            rows.append(flat)
+    else:
+        for part in [*report.partitions, *report.nodes]:
+            flat = part.model_dump(exclude={"reasons"})
+            flat["top_reason"] = part.reasons[0].reason if part.reasons else None
+            rows.append(flat)
+    return [{k: _cell(v) for k, v in row.items()} for row in rows]
+
+
+def _inert(value: Any) -> Any:
+    # A text cell a spreadsheet would run as a formula (a drain reason "=cmd|..."): quoted.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def report_csv(report: AnyReport) -> str:
+    """:func:`report_rows` as CSV with a header line (text that a spreadsheet would take for
+    a formula starts with a quote)."""
+    rows = [{k: _inert(v) for k, v in row.items()} for row in report_rows(report)]
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
