@@ -6,6 +6,19 @@ One module fixture runs a few jobs of different users, accounts and partitions, 
 them to end and has slurmdbd roll their hours (and, nothing running, the rest of the month:
 the day and month tables too) up once. Every comparison is in seconds (``sreport -t
 seconds``), exact where both read the same rows.
+
+What keeps both sides on the same rows, on a cluster earlier tests and runs used too:
+
+* Nothing runs, starts or ends while the module compares: the fixture cancels what earlier
+  tests left queued (a pending job that starts later changes the job table under sacct and
+  the report, and each job record slurmdbd hears of after a rollup moves its
+  ``last_ran_table`` back), and the one test that runs a job rolls up again once it ended.
+* The module's range is one hour, the current one. sreport ends a range that ends in the
+  future at now, rounded to the hour (``slurmdb_report_set_start_end_time``): it leaves out
+  an unfinished hour when the range is longer and the hour less than 30 min old. Every
+  sreport answer's own range (its header) is checked to be the one asked for.
+* sacct lists every run of a requeued job (``--duplicates``), as the job table has them and
+  sreport's job reports count them (``JOBCOND_FLAG_DUP``).
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,6 +83,10 @@ def _local(t: datetime) -> str:
     return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def _hour(t: datetime) -> datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
 def _idle() -> bool:
     return not sh("squeue", "-h", "-t", "R,CG,S", "-o", "%A").split()
 
@@ -79,11 +97,19 @@ def _ended(jobs: list[int]) -> bool:
     return all(ends.get(str(j), "Unknown") not in ("Unknown", "") for j in jobs)
 
 
-@pytest.fixture(scope="module")
-def rolled(devcluster: DevCluster) -> Rolled:
-    # Jobs still running would be counted by the rollup up to the hour's end and by sacct up
-    # to now; and later hours are rolled only with nothing running (DevCluster.roll_up).
-    wait_for(_idle, 150, 0.5, what="the cluster to run no job")
+def _queue_cleared() -> None:
+    """No job queued, running or ending, and accounting told of every end. The suite owns the
+    devcluster (tests/conftest.py ``_start_clean``): jobs earlier tests left pending (held,
+    waiting for a node) would start or end while the module compares."""
+    left = [int(j) for j in sh("squeue", "-h", "-o", "%A").split() if j.isdigit()]
+    if left:
+        subprocess.run(["scancel", *map(str, left)], capture_output=True, check=False)
+    wait_for(lambda: not sh("squeue", "-h", "-o", "%A").split(), 150, 0.5, what="the queue to empty")
+    if left:
+        wait_for(lambda: _ended(left), 60, 0.5, what="accounting to hold the cancelled jobs' ends")
+
+
+def _run_report_jobs() -> list[int]:
     common = ("-t", "2", "-o", "/dev/null")
     jobs = [
         submit("alice", "-J", "st-report-a", "-A", "physics", "-p", "batch", "-c", "2", *common,
@@ -96,11 +122,27 @@ def rolled(devcluster: DevCluster) -> Rolled:
                "--wrap", "srun -n 1 sleep 1"),
     ]
     wait_for(lambda: _ended(jobs) and _idle(), 90, 0.5, what="the report jobs to end")
-    now = datetime.now(UTC)
-    out = sh("sacct", "-a", "-n", "-X", "-P", "-o", "Start", "-j", ",".join(map(str, jobs)))
-    first = min(datetime.fromisoformat(s).astimezone(UTC) for s in out.split())
-    start = first.replace(minute=0, second=0, microsecond=0)
-    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def rolled(devcluster: DevCluster) -> Rolled:
+    # Jobs still running would be counted by the rollup up to the hour's end and by sacct up
+    # to now; and later hours are rolled only with nothing running (DevCluster.roll_up).
+    _queue_cleared()
+    for _attempt in range(2):
+        # The jobs take ~10 s: in one hour, the current one (see the module's docstring).
+        hour = _hour(datetime.now(UTC))
+        if hour + timedelta(hours=1) - datetime.now(UTC) < timedelta(seconds=45):
+            wait_for(lambda h=hour: _hour(datetime.now(UTC)) > h, 60, 0.5, what="the next hour")
+        jobs = _run_report_jobs()
+        out = sh("sacct", "-a", "-n", "-X", "-P", "-o", "Start", "-j", ",".join(map(str, jobs)))
+        start = _hour(min(datetime.fromisoformat(s).astimezone(UTC) for s in out.split()))
+        if start == _hour(datetime.now(UTC)):
+            break
+    else:
+        raise AssertionError("the report jobs ran across an hour's end twice")
+    end = start + timedelta(hours=1)
     done = devcluster.roll_up(start=start, through="month")
     assert done.start == start and done.hours >= 1
     return Rolled(start=start, end=end, jobs=jobs, rollup=done)
@@ -113,9 +155,18 @@ def reports(devcluster: DevCluster, cluster_settings: Settings) -> Iterator[Repo
     db.close()
 
 
-def sreport(*args: str) -> list[list[str]]:
-    out = sh("sreport", "-t", "seconds", "-P", "-n", *args)
-    return [line.split("|") for line in out.splitlines() if line]
+_SREPORT_RANGE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) - (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def sreport(start: datetime, end: datetime, *args: str) -> list[list[str]]:
+    """sreport's rows for [start, end), checked against the range its header says it read
+    (it moves an end in the future to now, rounded to the hour)."""
+    out = sh("sreport", "-t", "seconds", "-P", *args, *_range(start, end))
+    span = _SREPORT_RANGE.search(out)
+    assert span, out
+    assert span.groups() == (_local(start), _local(end - timedelta(seconds=1))), f"sreport read {span.group(0)}"
+    rows = [line.split("|") for line in out.splitlines() if "|" in line]
+    return rows[1:]  # after the column names
 
 
 def _range(start: datetime, end: datetime) -> tuple[str, str]:
@@ -127,10 +178,15 @@ def _range(start: datetime, end: datetime) -> tuple[str, str]:
 
 def test_roll_up_leaves_slurmdbds_own_last_ran_alone(devcluster: DevCluster, rolled: Rolled) -> None:
     table = f"`{devcluster.db_name}`.`{devcluster.cluster_name}_last_ran_table`"
-    before = devcluster._sql(f"SELECT hourly_rollup FROM {table}")
-    again = devcluster.roll_up(start=rolled.start)
+    for _attempt in range(2):
+        hour = _hour(datetime.now(UTC))
+        before = devcluster._sql(f"SELECT hourly_rollup FROM {table}")
+        again = devcluster.roll_up(start=rolled.start)
+        after = devcluster._sql(f"SELECT hourly_rollup FROM {table}")
+        if _hour(datetime.now(UTC)) == hour:
+            break  # else slurmdbd's own hourly rollup may have run in between: once more
     assert again.hours >= 1 and again.seconds < 10
-    assert devcluster._sql(f"SELECT hourly_rollup FROM {table}") == before
+    assert after == before
     now = int(time.time())
     assert not before.strip() or int(before) <= now  # never moved into the future
 
@@ -145,6 +201,8 @@ def test_roll_up_refuses_later_hours_while_a_job_runs(devcluster: DevCluster, ro
         subprocess.run(["scancel", str(job)], capture_output=True, check=False)
         # ended in accounting too: the reports and sacct below must read the same rows
         wait_for(lambda: _idle() and _ended([job]), 60, 0.5, what=f"job {job} to end")
+        # and in every rollup the comparisons below read (hour, day and month alike)
+        devcluster.roll_up(start=rolled.start, through="month")
 
 
 # -- rollup sources against sreport ---------------------------------------------------------------
@@ -155,7 +213,7 @@ def test_cluster_usage_agrees_with_sreport_cluster_utilization(reports: Reports,
     assert report.source == "usage_hour"
     [group] = report.groups
     assert group.utilization is not None
-    rows = {r[1]: r for r in sreport("cluster", "Utilization", *_range(rolled.start, rolled.end), "-T", "cpu,mem")}
+    rows = {r[1]: r for r in sreport(rolled.start, rolled.end, "cluster", "Utilization", "-T", "cpu,mem")}
     for name in TRES:
         # Cluster|TRES Name|Allocated|Down|PLND Down|Idle|Reserved|Reported
         _cl, _t, alloc, down, pdown, idle, reserved, reported = rows[name]
@@ -167,10 +225,13 @@ def test_cluster_usage_agrees_with_sreport_cluster_utilization(reports: Reports,
 
 
 def test_account_usage_agrees_with_sreport_account_utilization_by_user(reports: Reports, rolled: Rolled) -> None:
-    rows = sreport("cluster", "AccountUtilizationByUser", *_range(rolled.start, rolled.end), "-T", "cpu,mem")
+    rows = sreport(rolled.start, rolled.end, "cluster", "AccountUtilizationByUser", "-T", "cpu,mem")
     # Cluster|Account|Login|Proper Name|TRES Name|Used
     accounts = {(r[1], r[4]): int(r[5]) for r in rows if not r[2]}
-    users = {(r[1], r[2], r[4]): int(r[5]) for r in rows if r[2]}
+    users: dict[tuple[str, str, str], int] = defaultdict(int)
+    for r in rows:
+        if r[2]:  # a user's associations in one account (one per partition, if any) add up
+            users[(r[1], r[2], r[4])] += int(r[5])
     by_account = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
     by_pair = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account+user", tres=TRES))
     assert by_account.source == by_pair.source == "assoc_usage_hour"
@@ -186,7 +247,7 @@ def test_account_usage_agrees_with_sreport_account_utilization_by_user(reports: 
 
 
 def test_user_usage_agrees_with_sreport_top_usage(reports: Reports, rolled: Rolled) -> None:
-    rows = sreport("user", "TopUsage", *_range(rolled.start, rolled.end), "-T", "cpu,mem", "group", "topcount=50")
+    rows = sreport(rolled.start, rolled.end, "user", "TopUsage", "-T", "cpu,mem", "group", "topcount=50")
     # Cluster|Login|Proper Name|Account|TRES Name|Used
     theirs = {(r[1], r[4]): int(r[5]) for r in rows}
     report = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="user", tres=TRES))
@@ -211,19 +272,29 @@ def test_hourly_periods_add_up_to_the_range(reports: Reports, rolled: Rolled) ->
 
 def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, rolled: Rolled) -> None:
     """The days and month slurmdbd rolled (nothing running: through the month's end) sum the
-    same hours; sreport, whose range ends in the future, reads the hour table for them."""
+    same hours, which sreport reads from the hour table: asked in two ranges it reads as given
+    (the hours before the module's, then the module's), as it ends a longer range that ends in
+    the future at now; no usage is in the hours still to come."""
     day0 = rolled.start.astimezone(reports.tz).replace(hour=0)
     day1 = (day0 + timedelta(days=1, hours=2)).replace(hour=0)
     month0 = day0.replace(day=1)
     month1 = (month0 + timedelta(days=32)).replace(day=1)
     for start, end, rollup, period in ((day0, day1, "day", "day"), (month0, month1, "month", "month")):
-        theirs = {r[1]: int(r[5]) for r in sreport("cluster", "AccountUtilizationByUser", *_range(start, end),
-                                                   "-T", "cpu") if not r[2]}
+        theirs: dict[str, int] = defaultdict(int)
+        for a, b in ((start, rolled.start), (rolled.start, rolled.end)):
+            if a < b:
+                for r in sreport(a, b, "cluster", "AccountUtilizationByUser", "-T", "cpu"):
+                    if not r[2]:
+                        theirs[r[1]] += int(r[5])
         coarse = reports.usage(UsageQuery(start=start, end=end, group_by="account", rollup=rollup, period=period))
         fine = reports.usage(UsageQuery(start=start, end=end, group_by="account", period=period))
-        assert coarse.source == f"assoc_usage_{rollup}" and fine.source == "assoc_usage_hour"
-        assert coarse.total_seconds == fine.total_seconds == {"cpu": theirs["root"]}
-        assert {g.name: g.total_seconds for g in coarse.groups} == {g.name: g.total_seconds for g in fine.groups}
+        so_far = reports.usage(UsageQuery(start=start, end=rolled.end, group_by="account"))
+        assert coarse.source == f"assoc_usage_{rollup}" and fine.source == so_far.source == "assoc_usage_hour"
+        assert coarse.total_seconds == fine.total_seconds == so_far.total_seconds == {"cpu": theirs["root"]}
+        assert {g.name: g.total_seconds for g in coarse.groups} == {g.name: g.total_seconds for g in fine.groups} \
+            == {g.name: g.total_seconds for g in so_far.groups}
+        assert {g.name: g.total_seconds["cpu"] for g in so_far.groups if g.total_seconds["cpu"]} == \
+            {a: v for a, v in theirs.items() if a != "root" and v}
         cluster = reports.usage(UsageQuery(start=start, end=end, group_by="cluster", rollup=rollup, period=period))
         assert cluster.source == f"usage_{rollup}"
         assert cluster.total_seconds["cpu"] >= coarse.total_seconds["cpu"] > 0
@@ -232,13 +303,25 @@ def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, r
 # -- job-table sources against sacct ----------------------------------------------------------------
 
 
-def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True) -> list[dict[str, str]]:
-    """Each job's line (its steps read too: with -X, TotalCPU would be 0)."""
+def _sacct_runs(start: datetime, end: datetime, *fields: str,
+                truncate: bool = True) -> list[tuple[dict[str, str], list[dict[str, str]]]]:
+    """Each run's line with its steps' lines (read too: with -X, TotalCPU would be 0). Every
+    run of a requeued job (``--duplicates``), as the job table has them."""
     fields = ("JobIDRaw", *fields) if "JobIDRaw" not in fields else fields
-    argv = ["sacct", "-a", "-n", "-P", "-S", _local(start), "-E", _local(end), "-o", ",".join(fields)]
+    argv = ["sacct", "-a", "-n", "-P", "-D", "-S", _local(start), "-E", _local(end), "-o", ",".join(fields)]
     out = sh(*argv, *(["-T"] if truncate else []))
-    rows = [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line]
-    return [r for r in rows if "." not in r["JobIDRaw"]]
+    runs: list[tuple[dict[str, str], list[dict[str, str]]]] = []
+    for line in filter(None, out.splitlines()):
+        row = dict(zip(fields, line.split("|"), strict=True))
+        if "." not in row["JobIDRaw"]:
+            runs.append((row, []))
+        elif runs and row["JobIDRaw"].split(".")[0] == runs[-1][0]["JobIDRaw"]:
+            runs[-1][1].append(row)  # sacct prints each run's steps right after it
+    return runs
+
+
+def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True) -> list[dict[str, str]]:
+    return [job for job, _steps in _sacct_runs(start, end, *fields, truncate=truncate)]
 
 
 def _alloc(tres: str) -> dict[str, int]:
@@ -298,16 +381,18 @@ def _seconds(text: str) -> float:
 
 
 def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
-    fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "End")
-    jobs = [j for j in _sacct_jobs(rolled.start, rolled.end, *fields, truncate=False)
-            if j["AllocCPUS"] != "0" and j["End"] not in ("Unknown", "") and rolled.start <= datetime.fromisoformat(j["End"]).astimezone(UTC)
-            < rolled.end]
-    out = sh("sacct", "-a", "-n", "-P", "-o", "JobIDRaw,MaxRSS,NTasks", "-j", ",".join(j["JobIDRaw"] for j in jobs))
-    peak: dict[str, int] = defaultdict(int)
-    for line in out.splitlines():
-        step, rss, tasks = line.split("|")
-        if "." in step and rss:  # seff: the largest step max RSS, times its tasks
-            peak[step.split(".")[0]] = max(peak[step.split(".")[0]], _bytes(rss) * int(tasks or 1))
+    fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "End", "MaxRSS",
+              "NTasks")
+    runs = [(j, steps) for j, steps in _sacct_runs(rolled.start, rolled.end, *fields, truncate=False)
+            if j["AllocCPUS"] != "0" and j["End"] not in ("Unknown", "")
+            and rolled.start <= datetime.fromisoformat(j["End"]).astimezone(UTC) < rolled.end]
+    jobs = [j for j, _steps in runs]
+    assert {str(j) for j in rolled.jobs} <= {j["JobIDRaw"] for j in jobs}
+    peak: dict[int, int] = defaultdict(int)  # by run
+    for j, steps in runs:
+        for step in steps:
+            if step["MaxRSS"]:  # seff: the largest step max RSS, times its tasks
+                peak[id(j)] = max(peak[id(j)], _bytes(step["MaxRSS"]) * int(step["NTasks"] or 1))
     report = reports.efficiency(EfficiencyQuery(start=rolled.start, end=rolled.end, group_by="account+user"))
     assert report.source == "job_table+step_table"
     rows = {(r.account, r.user): r for r in report.rows}
@@ -323,7 +408,7 @@ def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
                                                      abs=0.001 * len(members) + 1e-9)
         assert row.memory_requested_bytes == sum(_alloc(j["AllocTRES"])["mem"] for j in members) * 1024 * 1024
         # sacct prints MaxRSS in KiB (rounded): within 1 KiB x tasks per job
-        assert row.memory_used_bytes == pytest.approx(sum(peak[j["JobIDRaw"]] for j in members),
+        assert row.memory_used_bytes == pytest.approx(sum(peak[id(j)] for j in members),
                                                       abs=1024 * 4 * len(members))
     busy = rows[("physics", "alice")]
     assert busy.cpu_efficiency is not None and busy.cpu_used_seconds > 1  # the busy loop used its CPU
@@ -333,7 +418,7 @@ def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
 def test_waits_and_sizes_agree_with_sacct_and_sreport_sizes_by_account(reports: Reports, rolled: Rolled) -> None:
     report = reports.waits(WaitQuery(start=rolled.start, end=rolled.end, size_buckets=(2, 3)))
     assert report.source == "job_table"
-    rows = sreport("job", "SizesByAccount", *_range(rolled.start, rolled.end), "accounts=physics,chemistry",
+    rows = sreport(rolled.start, rolled.end, "job", "SizesByAccount", "accounts=physics,chemistry",
                    "grouping=2,3", "printjobcount")
     # Cluster|Account|0-1 CPUs|2-2 CPUs|>= 3 CPUs|% of cluster
     theirs = {r[1]: [int(x) for x in r[2:5]] for r in rows}
