@@ -224,6 +224,9 @@ class AvailabilityRow(_Model):
     """1 - (down + drained) / total."""
     reasons: list[DownReason]
     """The reasons that cost most first."""
+    recorded_transitions: int | None = None
+    """A node's state changes in the range that slurmtower's sensor recorded in its own event
+    store (``slurm.node.state`` events), beside slurmdbd's view; None where it was not asked."""
 
 
 class AvailabilityReport(_Model):

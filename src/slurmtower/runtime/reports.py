@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +29,9 @@ from slurmtower.accounting.reports import (
     WaitQuery,
 )
 from slurmtower.errors import InvalidInput
+from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import Partition
+from slurmtower.models.event import NODE_STATE
 from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
 from slurmtower.visibility import Viewer, Visibility
 
@@ -128,7 +131,7 @@ def _availability_partitions(query: AvailabilityQuery, wanted: Sequence[str],
 
 def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibility, *,
                own_accounts: Any, partitions: Sequence[Partition] = (),
-               wanted_partitions: Sequence[str] = ()) -> AnyReport:
+               wanted_partitions: Sequence[str] = (), events: EventStore | None = None) -> AnyReport:
     """Run ``query`` for ``viewer`` (blocking: the database is read in this thread).
 
     Args:
@@ -138,13 +141,16 @@ def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibi
         own_accounts: ``() -> the viewer's accounts``, asked only when the policy needs them.
         partitions: the visible live partitions (availability reads their nodes).
         wanted_partitions: availability's ``partitions`` parameter (none: every one).
+        events: slurmtower's event store: availability's node rows then say how many state
+            changes its sensor recorded for each node (``recorded_transitions``).
 
     Raises:
         InvalidInput: a bad value (400); PermissionDenied: more than the viewer may see (403).
     """
     if isinstance(query, AvailabilityQuery):
         policy.report_filters(viewer, group_by="cluster", users=(), accounts=(), own_accounts=own_accounts)
-        return reports.availability(_availability_partitions(query, wanted_partitions, partitions))
+        found = reports.availability(_availability_partitions(query, wanted_partitions, partitions))
+        return found if events is None else _with_recorded(found, events)
     if isinstance(query, WaitQuery):
         hidden = [p for p in query.partitions if not policy.shows_partition(p)]
         if hidden:
@@ -157,6 +163,18 @@ def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibi
     if isinstance(query, UsageQuery):
         return reports.usage(replace(query, users=users, accounts=accounts))
     return reports.efficiency(replace(query, users=users, accounts=accounts))
+
+
+def _with_recorded(report: AvailabilityReport, events: EventStore) -> AvailabilityReport:
+    found = events.query(types=[NODE_STATE], start=report.start, end=report.end, limit=MAX_QUERY_LIMIT)
+    counts = Counter(e.node for e in found if e.node)
+    shown = f"the first {MAX_QUERY_LIMIT:,} of the range's" if len(found) >= MAX_QUERY_LIMIT else "every"
+    return report.model_copy(update={
+        "nodes": [row.model_copy(update={"recorded_transitions": counts.get(row.node or "", 0)})
+                  for row in report.nodes],
+        "notes": [*report.notes, f"recorded_transitions: the node state changes slurmtower's sensor recorded "
+                                 f"in its own event store ({shown} {len(found)} counted)"],
+    })
 
 
 def _cell(value: Any) -> Any:

@@ -70,7 +70,8 @@ async def _report(request: Request, services: Services, principal: Principal, ki
 
     def read() -> AnyReport:
         return run_report(services.reports(), query, principal, policy, partitions=partitions,
-                          wanted_partitions=wanted, own_accounts=lambda: _own_accounts(services, principal.name))
+                          wanted_partitions=wanted, own_accounts=lambda: _own_accounts(services, principal.name),
+                          events=services.event_store)
 
     report = await services.accounting_threads().run(read)
     if csv:
