@@ -33,7 +33,7 @@ import sys
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -229,16 +229,21 @@ def test_account_usage_agrees_with_sreport_account_utilization_by_user(reports: 
     # Cluster|Account|Login|Proper Name|TRES Name|Used
     accounts = {(r[1], r[4]): int(r[5]) for r in rows if not r[2]}
     users: dict[tuple[str, str, str], int] = defaultdict(int)
+    own: dict[tuple[str, str], int] = defaultdict(int)
     for r in rows:
         if r[2]:  # a user's associations in one account (one per partition, if any) add up
             users[(r[1], r[2], r[4])] += int(r[5])
+            own[(r[1], r[4])] += int(r[5])
     by_account = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
     by_pair = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account+user", tres=TRES))
     assert by_account.source == by_pair.source == "assoc_usage_hour"
     for name in TRES:
-        # physics and chemistry have no sub-accounts: sreport's figure is theirs; root's is the total
-        mine = {g.account: g.total_seconds[name] for g in by_account.groups}
-        assert mine == {a: s for (a, t), s in accounts.items() if t == name and a != "root" and s}, name
+        # an account's own usage is its users' lines (root's jobs of account root too); physics
+        # and chemistry have no sub-accounts: sreport's line is theirs; root's is the total
+        mine = {g.account: g.total_seconds[name] for g in by_account.groups if g.total_seconds[name]}
+        assert mine == {a: s for (a, t), s in own.items() if t == name and s}, name
+        for account in ("physics", "chemistry"):
+            assert mine.get(account, 0) == accounts.get((account, name), 0), (account, name)
         assert by_account.total_seconds[name] == accounts[("root", name)]
         pairs = {(g.account, g.user): g.total_seconds[name] for g in by_pair.groups}
         assert pairs == {(a, u): s for (a, u, t), s in users.items() if t == name and s}, name
@@ -280,21 +285,23 @@ def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, r
     month0 = day0.replace(day=1)
     month1 = (month0 + timedelta(days=32)).replace(day=1)
     for start, end, rollup, period in ((day0, day1, "day", "day"), (month0, month1, "month", "month")):
-        theirs: dict[str, int] = defaultdict(int)
+        total, own = 0, defaultdict(int)  # root's line; each account's own usage: its users' lines
         for a, b in ((start, rolled.start), (rolled.start, rolled.end)):
             if a < b:
                 for r in sreport(a, b, "cluster", "AccountUtilizationByUser", "-T", "cpu"):
-                    if not r[2]:
-                        theirs[r[1]] += int(r[5])
+                    if r[2]:
+                        own[r[1]] += int(r[5])
+                    elif r[1] == "root":
+                        total += int(r[5])
         coarse = reports.usage(UsageQuery(start=start, end=end, group_by="account", rollup=rollup, period=period))
         fine = reports.usage(UsageQuery(start=start, end=end, group_by="account", period=period))
         so_far = reports.usage(UsageQuery(start=start, end=rolled.end, group_by="account"))
         assert coarse.source == f"assoc_usage_{rollup}" and fine.source == so_far.source == "assoc_usage_hour"
-        assert coarse.total_seconds == fine.total_seconds == so_far.total_seconds == {"cpu": theirs["root"]}
+        assert coarse.total_seconds == fine.total_seconds == so_far.total_seconds == {"cpu": total}
         assert {g.name: g.total_seconds for g in coarse.groups} == {g.name: g.total_seconds for g in fine.groups} \
             == {g.name: g.total_seconds for g in so_far.groups}
         assert {g.name: g.total_seconds["cpu"] for g in so_far.groups if g.total_seconds["cpu"]} == \
-            {a: v for a, v in theirs.items() if a != "root" and v}
+            {a: v for a, v in own.items() if v}
         cluster = reports.usage(UsageQuery(start=start, end=end, group_by="cluster", rollup=rollup, period=period))
         assert cluster.source == f"usage_{rollup}"
         assert cluster.total_seconds["cpu"] >= coarse.total_seconds["cpu"] > 0
@@ -322,6 +329,12 @@ def _sacct_runs(start: datetime, end: datetime, *fields: str,
 
 def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True) -> list[dict[str, str]]:
     return [job for job, _steps in _sacct_runs(start, end, *fields, truncate=truncate)]
+
+
+def _ran(job: Mapping[str, str]) -> bool:
+    """The run had an allocation. Not AllocCPUS: for a requeued job cancelled before it ran
+    again, sacct prints the CPUs asked for (no AllocTRES, NodeList ``None assigned``)."""
+    return bool(job["AllocTRES"]) and job["AllocCPUS"] != "0"
 
 
 def _alloc(tres: str) -> dict[str, int]:
@@ -384,7 +397,7 @@ def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
     fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "End", "MaxRSS",
               "NTasks")
     runs = [(j, steps) for j, steps in _sacct_runs(rolled.start, rolled.end, *fields, truncate=False)
-            if j["AllocCPUS"] != "0" and j["End"] not in ("Unknown", "")
+            if _ran(j) and j["End"] not in ("Unknown", "")
             and rolled.start <= datetime.fromisoformat(j["End"]).astimezone(UTC) < rolled.end]
     jobs = [j for j, _steps in runs]
     assert {str(j) for j in rolled.jobs} <= {j["JobIDRaw"] for j in jobs}
@@ -431,8 +444,8 @@ def test_waits_and_sizes_agree_with_sacct_and_sreport_sizes_by_account(reports: 
         {a: v for a, v in theirs.items() if any(v)}
     waits: dict[tuple[str, str], list[int]] = defaultdict(list)
     for j in _sacct_jobs(rolled.start, rolled.end, "Partition", "Account", "Submit", "Start", "AllocCPUS",
-                         truncate=False):
-        if j["Start"] in ("Unknown", "None", "") or j["AllocCPUS"] == "0":
+                         "AllocTRES", truncate=False):
+        if j["Start"] in ("Unknown", "None", "") or not _ran(j):
             continue
         started = datetime.fromisoformat(j["Start"]).astimezone(UTC)
         if rolled.start <= started < rolled.end:
