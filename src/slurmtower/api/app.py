@@ -52,6 +52,7 @@ ROUTE_MODULES = (
     "ui_jobs",  # /ui/jobs, /ui/jobs/{id}, /ui/history
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
     "ui_pages",  # /ui/partitions, /ui/reservations
+    "ui_reports",  # /ui/reports
 )
 
 #: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
@@ -70,6 +71,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "ui_jobs": ("live", "accounting"),
     "ui_nodes": ("live",),
     "ui_pages": ("live",),
+    "ui_reports": ("accounting", "live"),
 }
 
 

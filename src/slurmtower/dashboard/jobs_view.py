@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote_plus, unquote_plus, urlencode
 
 from slurmtower.accounting.query import HistoryQuery, parse_history_query
+from slurmtower.dashboard.reports_view import usage_link
 from slurmtower.errors import InvalidInput
 from slurmtower.live.filters import JOB_STATE_WORDS, QueueFilter, encode_cursor
 from slurmtower.models import Job, JobState
@@ -60,6 +61,7 @@ __all__ = [
     "parse_queue_query",
     "runs_of",
     "step_label",
+    "usage_link",
 ]
 
 #: The queue page's filters: ``/queue``'s, with its meaning (comma-separated: any matches).

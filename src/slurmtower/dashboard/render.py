@@ -21,6 +21,7 @@ NAV: tuple[tuple[str, str], ...] = (
     ("/ui/history", "History"),
     ("/ui/partitions", "Partitions"),
     ("/ui/reservations", "Reservations"),
+    ("/ui/reports", "Reports"),
 )
 
 env = Environment(loader=PackageLoader("slurmtower.dashboard", "templates"),

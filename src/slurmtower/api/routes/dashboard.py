@@ -56,6 +56,7 @@ _STATIC = {
     "dashboard.js": "text/javascript",
     "common.js": "text/javascript",
     "node.js": "text/javascript",
+    "reports.js": "text/javascript",
     "dashboard.css": "text/css",
     "uPlot.iife.min.js": "text/javascript",
     "uPlot.min.css": "text/css",
@@ -221,6 +222,7 @@ _SECTIONS = (
     ("/ui/nodes", "Nodes", (("/ui/nodes", "All nodes"),)),
     ("/ui/partitions", "Partitions", (("/ui", "Overview"),)),
     ("/ui/reservations", "Reservations", (("/ui", "Overview"),)),
+    ("/ui/reports", "Reports", (("/ui/reports", "Reports"),)),
 )
 
 
