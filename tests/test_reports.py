@@ -52,6 +52,7 @@ from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster, RollUp
 from slurmtower.errors import InvalidInput, PermissionDenied
+from slurmtower.models.event import NODE_STATE, Event
 from slurmtower.principal import Principal
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
@@ -686,3 +687,22 @@ def test_the_cli_prints_the_report_and_refuses_bad_input(devcluster: DevCluster,
     assert res.returncode == 2 and "--start" in res.stderr
     res = cli("availability", *span, "-o", "csv")
     assert res.returncode == 0 and res.stdout.startswith("partition,node,nodes,"), res.stderr
+
+
+def test_availability_counts_the_transitions_slurmtower_recorded(api: TestClient, rolled: Rolled) -> None:
+    """Beside slurmdbd's event table: each node row says how many state changes slurmtower's
+    own event store holds for the node in the range (none outside it counted)."""
+    store = api.app.state.services.event_store
+    params = _params(rolled)
+    before = api.get("/reports/availability", params=params, headers=bearer(OPERATOR)).json()
+    assert before["nodes"], "the module's drains left no node with drained time in the range"
+    node = before["nodes"][0]["node"]
+    inside, outside = rolled.start + timedelta(minutes=1), rolled.start - timedelta(minutes=1)
+    store.append([Event(type=NODE_STATE, time=t, source="test", node=node, payload={})
+                  for t in (inside, inside, outside)])
+    after = api.get("/reports/availability", params=params, headers=bearer(OPERATOR)).json()
+    counts = {row["node"]: row["recorded_transitions"] for row in after["nodes"]}
+    was = {row["node"]: row["recorded_transitions"] for row in before["nodes"]}
+    assert counts[node] == was[node] + 2
+    assert all(counts[n] == was[n] for n in counts if n != node)
+    assert any("recorded_transitions" in note for note in after["notes"])
