@@ -47,14 +47,16 @@ Decisions:
   running jobs up to now, suspended time not taken off (Slurm's rollup does take it off).
 
 Indexes each query uses (EXPLAIN on the devcluster's MariaDB 10.11, 22.05's schema; a small
-database, so the plans at scale are still to be measured by bench/reports.py), none created here:
+database; at 1,000,000 jobs: bench/results/reports-2026-12-03.md), none created here:
 
 * cluster rollups: ``PRIMARY (id_tres, time_start)``, a range per TRES;
 * association rollups: ``<c>_assoc_table`` read first (it is small), then
   ``PRIMARY (id, id_tres, time_start)`` of the rollup table per association, a range on
   ``time_start`` (the ``time_start`` index is the other plan);
-* job-table usage and waits: ``rollup (time_eligible, time_end)``, range on ``time_eligible``
-  (the same condition as slurmdbd's own rollup query);
+* job-table usage and waits: ``rollup2 (time_end, time_eligible)``, range on ``time_end``
+  (``FORCE INDEX``: on its own MariaDB scanned the table at 300,000 jobs and more), under
+  slurmdbd's own rollup condition; usage reads only the jobs whose ``tres_alloc`` names a
+  TRES asked;
 * efficiency: ``rollup2 (time_end, time_eligible)``, range on ``time_end`` (a scan here, where
   every job is in the range), then the steps by ``PRIMARY (job_db_inx, id_step, ...)``;
 * availability: ``time_start_end (time_start, time_end)``, range on ``time_start`` (a scan
@@ -461,11 +463,27 @@ class Reports:
         return conds
 
     def _ran_in(self, start: int, end: int) -> list[ColumnElement[bool]]:
-        """Jobs that ran in [start, end): slurmdbd's own rollup condition (the ``rollup``
-        index, a range on ``time_eligible``), and a start before the end."""
+        """Jobs that ran in [start, end): slurmdbd's own rollup condition, and a start before
+        the end. Read through :meth:`_by_end`."""
         j = self.tables.job
         return [j.c.time_eligible > 0, j.c.time_eligible < end, or_(j.c.time_end > start, j.c.time_end == 0),
                 j.c.time_start > 0, j.c.time_start < end]
+
+    def _by_end(self, stmt: Any) -> Any:
+        """``stmt`` over the job table read by the ``rollup2 (time_end, time_eligible)`` index:
+        a range on ``time_end > start OR time_end = 0``. Left alone MariaDB scans the whole
+        table: it overestimates that range (twice the rows for a month of a year's 1,000,000
+        jobs) and prefers a scan above ~15 % of the table; a scan is 2.0 s there, the range
+        0.19 s (bench/results/reports-2026-12-03.md)."""
+        hint = "FORCE INDEX (rollup2)"
+        return stmt.with_hint(self.tables.job, hint, dialect_name="mysql").with_hint(
+            self.tables.job, hint, dialect_name="mariadb")
+
+    def _carries(self, tres: Mapping[str, int]) -> ColumnElement[bool]:
+        """Jobs whose ``tres_alloc`` names one of ``tres`` (``"1=4,1001=2"``): the others add
+        nothing to a usage figure and need not leave the server."""
+        col = self.tables.job.c.tres_alloc
+        return or_(*[cond for i in tres.values() for cond in (col.like(f"{i}=%"), col.like(f"%,{i}=%"))])
 
     # -- usage ---------------------------------------------------------------------------------
 
@@ -647,8 +665,8 @@ class Reports:
         j = self.tables.job
         now = int(datetime.now(UTC).timestamp())
         key_col = j.c.partition if group_by == "partition" else j.c.id_qos
-        stmt = select(key_col.label("key"), j.c.time_start, j.c.time_end, j.c.tres_alloc).where(
-            *self._ran_in(rng.start, rng.end), *self._job_filters(conn, users, accounts))
+        stmt = self._by_end(select(key_col.label("key"), j.c.time_start, j.c.time_end, j.c.tres_alloc).where(
+            *self._ran_in(rng.start, rng.end), self._carries(tres), *self._job_filters(conn, users, accounts)))
         tres_names = self.db._tres(conn)
         qos = self._qos(conn) if group_by == "qos" else {}
         acc: dict[tuple[str, ...], dict[tuple[int, str], int]] = defaultdict(lambda: defaultdict(int))
@@ -799,8 +817,8 @@ class Reports:
             conds = [*self._ran_in(start, end), *self._job_filters(conn, [], accounts)]
             if partitions:
                 conds.append(or_(*[_partition_member(j.c.partition, p) for p in partitions]))
-            stmt = select(j.c.partition, j.c.account, j.c.time_submit, j.c.time_start, j.c.time_end,
-                          j.c.tres_alloc).where(*conds)
+            stmt = self._by_end(select(j.c.partition, j.c.account, j.c.time_submit, j.c.time_start, j.c.time_end,
+                                       j.c.tres_alloc).where(*conds))
             rows = self._job_rows(conn, stmt)
             tres_names = self.db._tres(conn)
         acc: dict[tuple[str, str], dict[str, Any]] = {}
