@@ -33,7 +33,7 @@ def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) ->
     from slurmtower.cli.app import load_settings  # deferred: CLI startup
     from slurmtower.principal import ADMIN, Principal  # deferred: CLI startup
     from slurmtower.runtime import Services  # deferred: CLI startup
-    from slurmtower.runtime.reports import parse_report, report_csv, report_rows, run_report  # deferred
+    from slurmtower.runtime.reports import parse_report, report_csv, report_rows, run_report  # deferred: CLI startup
     from slurmtower.visibility import Visibility  # deferred: CLI startup
 
     settings = load_settings(config)

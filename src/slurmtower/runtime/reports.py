@@ -33,6 +33,7 @@ from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import Partition
 from slurmtower.models.event import NODE_STATE
 from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
+from slurmtower.runtime.services import Services
 from slurmtower.visibility import Viewer, Visibility
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "AnyReport",
     "ReportKind",
     "parse_report",
+    "read_report",
     "report_csv",
     "report_rows",
     "run_report",
@@ -163,6 +165,33 @@ def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibi
     if isinstance(query, UsageQuery):
         return reports.usage(replace(query, users=users, accounts=accounts))
     return reports.efficiency(replace(query, users=users, accounts=accounts))
+
+
+async def read_report(services: Services, kind: str, params: Mapping[str, str], viewer: Viewer) -> AnyReport:
+    """Report ``kind`` of ``params`` for ``viewer``, as the API and the dashboard answer it:
+    parsed (:func:`parse_report`), narrowed by the settings' visibility policy (the viewer's
+    accounts read from slurmdbd when the policy needs them), availability over the visible
+    live partitions and beside the sensor's own events, read in the accounting threads.
+
+    Raises :class:`InvalidInput` (400), :class:`PermissionDenied` (403), and the accounting
+    reader's errors (a database that does not answer: 503).
+    """
+    query = parse_report(kind, params)
+    policy = Visibility.from_settings(services.settings)
+    partitions: list[Partition] = []
+    wanted: tuple[str, ...] = ()
+    if kind == "availability":
+        partitions = policy.partitions((await services.live().partitions()).value)
+        wanted = _list(params, "partitions")
+
+    def own() -> list[str]:
+        return sorted({a.account for user in services.accounting_db().users(viewer.name) for a in user.associations})
+
+    def read() -> AnyReport:
+        return run_report(services.reports(), query, viewer, policy, partitions=partitions, wanted_partitions=wanted,
+                          own_accounts=own, events=services.event_store)
+
+    return await services.accounting_threads().run(read)
 
 
 def _with_recorded(report: AvailabilityReport, events: EventStore) -> AvailabilityReport:

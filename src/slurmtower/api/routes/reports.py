@@ -20,11 +20,9 @@ from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import InvalidInput
-from slurmtower.models import Partition
 from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
 from slurmtower.runtime import Services
-from slurmtower.runtime.reports import REPORT_PARAMS, AnyReport, parse_report, report_csv, run_report
-from slurmtower.visibility import Visibility
+from slurmtower.runtime.reports import REPORT_PARAMS, read_report, report_csv
 
 __all__ = ["router"]
 
@@ -54,26 +52,10 @@ def _wants_csv(request: Request, fmt: str | None) -> bool:
     return _CSV in accept and "application/json" not in accept
 
 
-def _own_accounts(services: Services, name: str) -> list[str]:
-    return sorted({a.account for user in services.accounting_db().users(name) for a in user.associations})
-
-
 async def _report(request: Request, services: Services, principal: Principal, kind: str) -> Any:
     params = strict_query(request, (*REPORT_PARAMS[kind], "format"))
     csv = _wants_csv(request, params.pop("format", None))
-    wanted = tuple(p for p in params.get("partitions", "").split(",") if p) if kind == "availability" else ()
-    query = parse_report(kind, params)
-    policy = Visibility.from_settings(services.settings)
-    partitions: list[Partition] = []
-    if kind == "availability":
-        partitions = policy.partitions((await services.live().partitions()).value)
-
-    def read() -> AnyReport:
-        return run_report(services.reports(), query, principal, policy, partitions=partitions,
-                          wanted_partitions=wanted, own_accounts=lambda: _own_accounts(services, principal.name),
-                          events=services.event_store)
-
-    report = await services.accounting_threads().run(read)
+    report = await read_report(services, kind, params, principal)
     if csv:
         name = f"slurmtower-{kind}-{report.start:%Y%m%dT%H%M}-{report.end:%Y%m%dT%H%M}.csv"
         return Response(report_csv(report), media_type=f"{_CSV}; charset=utf-8",

@@ -22,37 +22,13 @@ from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard import reports_view as rv
 from slurmtower.dashboard.render import page_context, render
 from slurmtower.errors import InvalidInput, PermissionDenied, SlurmtowerError
-from slurmtower.models import Partition
 from slurmtower.models.reports import UsageReport
-from slurmtower.runtime import Services
-from slurmtower.runtime.reports import AnyReport, parse_report, run_report
-from slurmtower.visibility import Visibility
+from slurmtower.runtime.reports import AnyReport, read_report
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 Reader = Annotated[Principal, require(Perm.READ)]
-
-
-def _own_accounts(services: Services, name: str) -> list[str]:
-    # as /reports' (routes/reports.py): the accounts of the viewer's associations in slurmdbd
-    return sorted({a.account for user in services.accounting_db().users(name) for a in user.associations})
-
-
-async def _run(services: Services, principal: Principal, form: rv.ReportForm) -> AnyReport:
-    query = parse_report(form.kind, form.params)
-    policy = Visibility.from_settings(services.settings)
-    partitions: list[Partition] = []
-    wanted: tuple[str, ...] = ()
-    if form.kind == "availability":
-        partitions = policy.partitions((await services.live().partitions()).value)
-        wanted = tuple(p for p in form.params.get("partitions", "").split(",") if p)
-
-    def read() -> AnyReport:
-        return run_report(services.reports(), query, principal, policy, partitions=partitions,
-                          wanted_partitions=wanted, own_accounts=lambda: _own_accounts(services, principal.name))
-
-    return await services.accounting_threads().run(read)
 
 
 @router.get("/reports", response_class=HTMLResponse)
@@ -63,7 +39,7 @@ async def reports_page(request: Request, services: ServicesDep, principal: Reade
     report: AnyReport | None = None
     if error is None:
         try:
-            report = await _run(services, principal, form)
+            report = await read_report(services, form.kind, form.params, principal)
         except (InvalidInput, PermissionDenied) as exc:  # shown with the form, to be corrected there
             error = exc
     tz = services.settings.accounting.time_zone
