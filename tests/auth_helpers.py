@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,16 @@ def with_tokens(settings: Settings, *, sensor: bool = False) -> Settings:
     settings.api.serve_index = False
     settings.events.sensor_enabled = sensor
     return settings
+
+
+def module_app_settings(base: Settings, state_dir: Path) -> Settings:
+    """A copy of ``base`` for a module's own app: :func:`with_tokens`, ``state_dir`` of its
+    own, no load archiver, snapshots refreshed in the serving process."""
+    s = with_tokens(base.model_copy(deep=True))
+    s.state_dir = state_dir
+    s.archiver.archive_usage_load = False
+    s.api.refresh_in_subprocess = False
+    return s
 
 
 def log_in(client: Any, token: str) -> str:

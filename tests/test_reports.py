@@ -57,7 +57,7 @@ from slurmtower.principal import Principal
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.visibility import Visibility
-from tests.auth_helpers import ADMIN, OPERATOR, READER, bearer, with_tokens
+from tests.auth_helpers import ADMIN, OPERATOR, READER, bearer, module_app_settings
 from tests.conftest import sh, submit, wait_for
 
 with warnings.catch_warnings():
@@ -305,7 +305,11 @@ def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, r
             {a: v for a, v in own.items() if v}
         cluster = reports.usage(UsageQuery(start=start, end=end, group_by="cluster", rollup=rollup, period=period))
         assert cluster.source == f"usage_{rollup}"
-        assert cluster.total_seconds["cpu"] >= coarse.total_seconds["cpu"] > 0
+        # The cluster table counts allocation only while the cluster was registered (its event
+        # table): a worker's cluster made anew in the same day holds less than its associations,
+        # so only its day and month tables are checked here; the exact comparison of the cluster
+        # table with sreport is test_cluster_usage_agrees_with_sreport_cluster_utilization's.
+        assert cluster.total_seconds["cpu"] > 0
 
 
 # -- job-table sources against sacct ----------------------------------------------------------------
@@ -538,12 +542,9 @@ ALICE = "stw_test_alice_user_token"
 
 @pytest.fixture(scope="module")
 def api(cluster_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    s = with_tokens(cluster_settings.model_copy(deep=True))
-    s.state_dir = tmp_path_factory.mktemp("reports-api")
+    s = module_app_settings(cluster_settings, tmp_path_factory.mktemp("reports-api"))
     s.accounting.time_zone = ZONE  # as the `reports` fixture's, which the answers are compared with
     s.auth.tokens = [*s.auth.tokens, TokenEntry(name="alice", role="user", sha256=hash_token(ALICE))]
-    s.archiver.archive_usage_load = False
-    s.api.refresh_in_subprocess = False
     with TestClient(create_app(s)) as client:
         yield client
 

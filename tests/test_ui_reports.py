@@ -30,7 +30,7 @@ from slurmtower.dashboard.reports_view import CHART_GROUPS, default_range
 from slurmtower.devcluster import DevCluster
 from slurmtower.runtime.reports import report_rows
 from slurmtower.settings import Settings
-from tests.auth_helpers import OPERATOR, READER, bearer, with_tokens
+from tests.auth_helpers import OPERATOR, READER, bearer, module_app_settings
 from tests.conftest import sh, submit, wait_for
 
 with warnings.catch_warnings():
@@ -81,10 +81,7 @@ def reports(devcluster: DevCluster, cluster_settings: Settings) -> Iterator[Repo
 
 @pytest.fixture(scope="module")
 def ui(cluster_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    s = with_tokens(cluster_settings.model_copy(deep=True))
-    s.state_dir = tmp_path_factory.mktemp("ui-reports")
-    s.archiver.archive_usage_load = False
-    s.api.refresh_in_subprocess = False
+    s = module_app_settings(cluster_settings, tmp_path_factory.mktemp("ui-reports"))
     with TestClient(create_app(s)) as client:
         yield client
 

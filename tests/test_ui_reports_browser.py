@@ -17,7 +17,7 @@ from slurmtower.api import create_app
 from slurmtower.dashboard.reports_view import CHART_GROUPS, hours_text
 from slurmtower.runtime.reports import report_rows
 from slurmtower.settings import Settings
-from tests.auth_helpers import OPERATOR, running_server, with_tokens
+from tests.auth_helpers import OPERATOR, module_app_settings, running_server
 from tests.test_ui_reports import Used, reports, used
 from tests.ui_browser import browser, page_as, shoot, wait_js
 
@@ -27,10 +27,7 @@ __all__ = ["browser", "reports", "used"]  # the fixtures
 
 @pytest.fixture(scope="module")
 def server(cluster_settings: Settings, tmp_path_factory: pytest.TempPathFactory, used: Used) -> Iterator[str]:
-    s = with_tokens(cluster_settings.model_copy(deep=True))
-    s.state_dir = tmp_path_factory.mktemp("ui-reports-browser")
-    s.archiver.archive_usage_load = False
-    s.api.refresh_in_subprocess = False
+    s = module_app_settings(cluster_settings, tmp_path_factory.mktemp("ui-reports-browser"))
     with running_server(create_app(s)) as url:
         yield url
 
