@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app, fail
+from slurmtower.cli.app import app, fail, load_settings
 
 __all__ = ["report_app"]
 
@@ -30,10 +30,15 @@ Top = Annotated[int | None, typer.Option(help="Only the N largest groups.")]
 def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) -> None:
     if output not in ("table", "json", "csv"):
         fail(f"--output must be table, json or csv, not {output[:60]!r}")
-    from slurmtower.cli.app import load_settings  # deferred: CLI startup
     from slurmtower.principal import ADMIN, Principal  # deferred: CLI startup
     from slurmtower.runtime import Services  # deferred: CLI startup
-    from slurmtower.runtime.reports import parse_report, report_csv, report_rows, run_report  # deferred: CLI startup
+    from slurmtower.runtime.reports import (  # deferred: CLI startup
+        parse_report,
+        report_csv,
+        report_rows,
+        run_report,
+        wanted_partitions,
+    )
     from slurmtower.visibility import Visibility  # deferred: CLI startup
 
     settings = load_settings(config)
@@ -41,7 +46,7 @@ def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) ->
     query = parse_report(kind, given)
     services = Services.from_settings(settings)
     policy = Visibility.from_settings(settings)
-    wanted = tuple(p for p in given.get("partitions", "").split(",") if p) if kind == "availability" else ()
+    wanted = wanted_partitions(given) if kind == "availability" else ()
     partitions = policy.partitions(services.client.partitions()) if kind == "availability" else []
     report = run_report(services.reports(), query, Principal(name=getpass.getuser(), role=ADMIN, via="cli"),
                         policy, partitions=partitions, wanted_partitions=wanted, own_accounts=list)

@@ -5,9 +5,13 @@ query string, the dashboard's form, the CLI's options), narrowed to what the cal
 
 ::
 
-    query = parse_report("usage", {"start": "2026-11-01", "end": "2026-12-01", "group_by": "account"})
-    report = run_report(services, "usage", query, principal)    # blocking: from a worker thread
+    report = await read_report(services, "usage", {"start": "2026-11-01", "end": "2026-12-01"}, principal)
     text = report_csv(report)
+
+    # where no event loop runs (the CLI): the same steps, blocking
+    query = parse_report("availability", params)
+    report = run_report(reports, query, principal, policy, own_accounts=list, partitions=live_partitions,
+                        wanted_partitions=wanted_partitions(params))
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "report_csv",
     "report_rows",
     "run_report",
+    "wanted_partitions",
 ]
 
 ReportKind = Literal["usage", "efficiency", "waits", "availability"]
@@ -121,6 +126,11 @@ def parse_report(kind: str, params: Mapping[str, str]) -> AnyQuery:
                              top_reasons=10 if top_reasons is None else top_reasons)
 
 
+def wanted_partitions(params: Mapping[str, str]) -> tuple[str, ...]:
+    """Availability's ``partitions`` parameter: the partitions asked for (none: every one)."""
+    return _list(params, "partitions")
+
+
 def _availability_partitions(query: AvailabilityQuery, wanted: Sequence[str],
                              partitions: Sequence[Partition]) -> AvailabilityQuery:
     names = {p.name for p in partitions}
@@ -182,7 +192,7 @@ async def read_report(services: Services, kind: str, params: Mapping[str, str], 
     wanted: tuple[str, ...] = ()
     if kind == "availability":
         partitions = policy.partitions((await services.live().partitions()).value)
-        wanted = _list(params, "partitions")
+        wanted = wanted_partitions(params)
 
     def own() -> list[str]:
         return sorted({a.account for user in services.accounting_db().users(viewer.name) for a in user.associations})
