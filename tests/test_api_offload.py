@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 from slurmtower.api import create_app
@@ -34,8 +35,10 @@ def held(devcluster: DevCluster) -> Iterator[list[int]]:
     subprocess.run(["scancel", *map(str, ids)], capture_output=True, check=False)
 
 
-def configure(settings: Settings, *, interval: float = 0.5, stale: bool = False, worker: bool = True) -> Settings:
+def configure(settings: Settings, *, interval: float = 0.5, stale: bool = False, worker: bool = True,
+              ahead: bool = True) -> Settings:
     settings.api.refresh_in_subprocess = worker  # what this module tests (conftest turns it off)
+    settings.api.refresh_ahead = ahead
     settings.api.refresh_interval = interval
     settings.api.serve_stale = stale
     settings.auth.anonymous_read = True
@@ -107,7 +110,8 @@ def test_etag_stays_while_the_queue_does_not_change(settings: Settings, held: li
 @pytest.mark.parametrize("serve_stale", [False, True], ids=["503", "stale"])
 def test_a_worker_dying_mid_round_fails_that_round_then_is_replaced(settings: Settings, held: list[int],
                                                                     serve_stale: bool) -> None:
-    app = create_app(configure(settings, interval=0.5, stale=serve_stale))
+    # A request that waits for its round: no round planned ahead (the next test has them).
+    app = create_app(configure(settings, interval=0.5, stale=serve_stale, ahead=False))
     cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
         pid = worker_pid(cache)
@@ -136,6 +140,32 @@ def test_a_worker_dying_mid_round_fails_that_round_then_is_replaced(settings: Se
         new_pid = worker_pid(cache)
     assert set(held) <= {j["job_id"] for j in recovered.json()["jobs"]}
     assert new_pid != pid
+    assert not alive(pid) and not alive(new_pid)
+
+
+def test_a_worker_killed_between_rounds_planned_ahead_is_replaced(settings: Settings, held: list[int]) -> None:
+    """With rounds started on a timer while the queue is read, a worker killed under them is
+    replaced by a timer's round or the next request's, and a poller sees fresh data again."""
+    app = create_app(configure(settings, interval=0.5))
+    cache: SnapshotCache = app.state.services.snapshots
+    with running(app) as http:
+        pid = worker_pid(cache)
+        assert http.get("/queue").status_code == 200
+        queries = cache.queries["jobs"]
+        wait_for(lambda: http.get("/queue") and cache.queries["jobs"] >= queries + 2, 20, step=0.2,
+                 what="rounds started ahead")
+        os.kill(pid, signal.SIGKILL)
+        held_ids = set(held)
+
+        def fresh_from_a_new_worker() -> httpx.Response | None:
+            r = http.get("/queue")
+            new = cache.worker.pid if cache.worker is not None else None
+            return r if (new not in (None, pid) and r.status_code == 200 and not r.json()["stale"]
+                         and held_ids <= {j["job_id"] for j in r.json()["jobs"]}) else None
+
+        recovered = wait_for(fresh_from_a_new_worker, 30, step=0.2, what="a fresh queue from a new worker")
+        new_pid = worker_pid(cache)
+        assert float(recovered.headers["x-data-age"]) < 5
     assert not alive(pid) and not alive(new_pid)
 
 

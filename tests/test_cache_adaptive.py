@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
 from slurmtower.live.cache import SnapshotCache
@@ -61,3 +62,39 @@ def test_the_interval_never_passes_its_ceiling() -> None:
 
     asyncio.run(scenario())
     assert cache.interval == 0.5
+
+
+def _ages(refresh_ahead: bool) -> tuple[list[float], int, int]:
+    """A client polls every 0.12 s for 1.5 s a resource refreshed every 0.3 s whose read
+    takes 0.1 s: the data ages it sees, the rounds made, and the rounds made in the 0.75 s
+    after it stopped polling."""
+    async def scenario() -> tuple[list[float], int, int]:
+        cache = SnapshotCache(refresh_interval=0.3, slurm_wait=5, cpu_share=0, controller_share=0,
+                              refresh_ahead=refresh_ahead)
+        cache.register("slow", lambda: time.sleep(0.1))
+        ages: list[float] = []
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            snap = await cache.get("slow")
+            ages.append(cache.clock() - snap.fetched_mono)
+            await asyncio.sleep(0.12)
+        made = cache.queries["slow"]
+        await asyncio.sleep(0.75)  # two intervals and a half: nobody reads, the timer stops
+        after = cache.queries["slow"] - made
+        cache.close()
+        return ages, made, after
+
+    return asyncio.run(scenario())
+
+
+def test_refresh_ahead_keeps_the_data_within_one_interval_while_read_and_stops_after() -> None:
+    ages, made, after = _ages(refresh_ahead=True)
+    late, _, _ = _ages(refresh_ahead=False)
+    steady, steady_late = sorted(ages[3:]), sorted(late[3:])
+    # Data taken as the interval ends: never older than the interval and the read's own time
+    # (with the event loop's slack); without the timer a poll finds it up to two intervals old.
+    assert steady[-1] <= 0.3 + 0.1 + 0.08, steady
+    assert steady_late[-1] > steady[-1], (steady, steady_late)
+    assert statistics.median(steady) < statistics.median(steady_late)
+    assert made >= 4  # about one round per interval while read
+    assert after <= 2  # the rounds stop within two intervals of the last read

@@ -165,3 +165,32 @@ def test_a_delta_patches_changed_rows_and_merges_new_and_gone_jobs() -> None:
     with pytest.raises(ValueError):
         table.apply(QueueDelta(keys=(1, 99), rows={}))
     assert cols == [table.columns[c] for c in JobTable._COLUMNS]  # the old table is untouched
+
+
+def test_a_delta_over_other_jobs_gives_the_table_a_full_read_would() -> None:
+    """Random arrivals, departures and changes over 2,000 rows: applying the delta gives
+    the table built from every row, whatever the mix (one row, none kept, the queue emptied)."""
+    import random
+
+    from slurmtower.models.table import QueueDelta
+
+    rng = random.Random(7)
+
+    def row(key: int, version: int) -> tuple[bytes, tuple[object, ...]]:
+        user = f"u{key % 7}"
+        return (f'{{"job_id":{key},"v":{version}}}'.encode(),
+                (user, f"a{key % 3}", "batch", "PENDING", f"n{version}", frozenset(), key * 31 + version))
+
+    for case in range(40):
+        before = sorted(rng.sample(range(1, 5000), rng.choice((0, 1, 50, 2000))))
+        table = JobTable.from_rows(before, [row(k, 0) for k in before])
+        kept = [k for k in before if rng.random() < (0.0 if case == 0 else 0.9)]
+        arrived = rng.sample(range(5000, 9000), rng.choice((0, 1, 30)))
+        after = sorted(kept + arrived)
+        changed = {k for k in kept if rng.random() < 0.05}
+        rows = {k: row(k, 1) for k in [*arrived, *changed]}
+        got = table.apply(QueueDelta(keys=tuple(after), rows=rows, seq=1, base=0))
+        want = JobTable.from_rows(after, [rows.get(k) or row(k, 0) for k in after])
+        assert got.keys == want.keys and got.fragments == want.fragments, case
+        assert got.columns == want.columns, case
+        assert got.select(user={"u3"}) == want.select(user={"u3"}), case

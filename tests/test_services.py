@@ -32,9 +32,10 @@ def test_routes_and_rules_share_one_action_catalogue(settings: Settings, tmp_pat
     assert envelope["status"] == "succeeded"
     assert services.action_catalogue() is services.catalogue
     # The archiver, the execution purge and the maintenance runs are the leader's; every
-    # process tails the event log for its SSE clients and keeps the snapshots it read.
+    # process tails the event log for its SSE clients, keeps the snapshots it read and hands
+    # the memory its rounds freed back to the system.
     assert {task.name: task.needs_leader for task in services.background} == {
-        "snapshot-keeper": False, "load-archiver": True, "execution-purge": True, "maintenance": True,
+        "snapshot-keeper": False, "malloc-trim": False, "load-archiver": True, "execution-purge": True, "maintenance": True,
         "event-feed": False}
     assert {task.name: task.role for task in services.background if task.needs_leader} == {
         "load-archiver": "archiver", "execution-purge": "archiver", "maintenance": "archiver"}

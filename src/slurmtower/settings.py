@@ -111,10 +111,14 @@ class ApiSettings(_Section):
     refresh_cpu_share: float = Field(default=0.25, ge=0, le=4)
     """The share of one core that refreshing every live resource once per interval may cost;
     when the measured rounds cost more (a big queue), the interval grows so they don't. 0: fixed."""
-    refresh_controller_share: float = Field(default=0.03, ge=0, le=1)
+    refresh_controller_share: float = Field(default=0.045, ge=0, le=1)
     """The same for slurmctld: the share of its time that slurmtower's refresh RPCs may take
     (their recent average time in sdiag; measured when the refresh worker reads); the
     sensor's poll (one node RPC a second, ~2 % at 5,000 nodes) comes on top. 0: not bounded."""
+    refresh_ahead: bool = True
+    """While clients read a live resource, start its next Slurm read on a timer so that its
+    data is taken as the interval ends (a 2 s poller of a queue refreshed every 6 s sees data
+    0-6 s old instead of up to 14 s); off: the first request past the interval starts it."""
     max_refresh_interval: float = Field(default=60.0, gt=0)
     """The interval never grows past this many seconds, whatever refreshing costs."""
     slurm_wait: float = Field(default=4.0, gt=0)

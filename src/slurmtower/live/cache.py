@@ -8,9 +8,12 @@ archiver) goes through one :class:`SnapshotCache`:
   poll (a failed query is not retried before the interval is over either); the interval is
   ``api.refresh_interval`` or longer when refreshing costs more than its CPU or slurmctld
   share (:attr:`SnapshotCache.interval`);
-* **refresh ahead**: a snapshot past its interval (but younger than two) is still served while
-  the one refreshing query runs, so in steady state no request waits for Slurm; data is then
-  at most about two intervals old, and ``X-Data-Age`` says exactly how old;
+* **refresh ahead**: while clients read a resource, its next round starts on a timer, early
+  by the time Slurm took to answer the last one, so that the new data is taken as the
+  interval ends (``refresh_ahead``): a client polling the queue sees data between the round's
+  own time and one interval old, not up to two intervals and its polling period. A snapshot
+  past its interval (but younger than two) is still served while the one refreshing query
+  runs, so in steady state no request waits for Slurm; ``X-Data-Age`` says exactly how old;
 * **bounded wait**: a request waits at most ``api.slurm_wait`` seconds; then it gets a 503
   problem, or, with ``api.serve_stale``, the last snapshot marked ``"stale": true``;
 * **off the serving GIL** (``api.refresh_in_subprocess``): resources registered with
@@ -142,6 +145,11 @@ class _Entry:
     publish_next: Snapshot[Any] | None = None
     """The refresher's round waiting to be published."""
     publishing: asyncio.Task[None] | None = None
+    lead: float = 0.0
+    """Seconds from a round's start to the moment its data was taken (the worker's hand-over
+    and Slurm's answer): how early the next round starts (a moving average)."""
+    ahead: asyncio.TimerHandle | None = None
+    """The next round's timer while the resource is read (:meth:`SnapshotCache._schedule_ahead`)."""
     restored: bool = False
     """The snapshot is one kept from an earlier run (:meth:`SnapshotCache.restore`), served
     marked stale at once until the first round of this run replaces it."""
@@ -170,6 +178,9 @@ class SnapshotCache:
             cost more (0 disables the adaptation).
         controller_share: the same for slurmctld's time (the RPCs' average time in sdiag,
             known when the refresh worker reads).
+        refresh_ahead: while a resource is read, start its next round on a timer so that its
+            data is taken as the interval ends (otherwise the first request past the interval
+            starts it).
         clock: monotonic clock (tests may pass their own).
     """
 
@@ -180,8 +191,9 @@ class SnapshotCache:
         slurm_wait: float,
         serve_stale: bool = False,
         cpu_share: float = 0.25,
-        controller_share: float = 0.03,
+        controller_share: float = 0.045,
         max_interval: float = 60.0,
+        refresh_ahead: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.refresh_interval = refresh_interval
@@ -190,6 +202,7 @@ class SnapshotCache:
         self.cpu_share = cpu_share
         self.controller_share = controller_share
         self.max_interval = max(max_interval, refresh_interval)
+        self.refresh_ahead = refresh_ahead
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
         self._views: dict[str, _View] = {}
@@ -387,6 +400,7 @@ class SnapshotCache:
         self.queries[resource] += 1
         for observe in self.query_observers:
             observe(resource)
+        started = self.clock()
         worker, spec = self.worker, entry.offload
         fetched_mono: float | None = None
         fetched_at: datetime | None = None
@@ -443,10 +457,41 @@ class SnapshotCache:
                         generation=entry.generation)
         entry.snapshot, entry.own, entry.shared_seq, entry.shared_version = snap, True, None, None
         entry.restored = False
+        lead = max(0.0, snap.fetched_mono - started)
+        entry.lead = lead if entry.rounds <= 2 else 0.6 * entry.lead + 0.4 * lead
+        self._schedule_ahead(resource, entry)
         self._render_ahead(resource)
         if shared is not None and shared.refreshing:
             self._publish_soon(resource, entry, snap)
         return snap
+
+    def _schedule_ahead(self, resource: str, entry: _Entry) -> None:
+        """While clients read ``resource`` (asked within two intervals), start its next round
+        ``entry.lead`` seconds before the snapshot just made is one interval old."""
+        if entry.ahead is not None:
+            entry.ahead.cancel()
+            entry.ahead = None
+        snap = entry.snapshot
+        if not self.refresh_ahead or snap is None:
+            return
+        interval, now = self.interval, self.clock()
+        if now - entry.asked_mono > 2 * interval:
+            return
+        delay = max(0.0, snap.fetched_mono + interval - entry.lead - now)
+        entry.ahead = asyncio.get_running_loop().call_later(delay, self._ahead, resource)
+
+    def _ahead(self, resource: str) -> None:
+        entry = self._entries[resource]
+        entry.ahead = None
+        if self.clock() - entry.asked_mono <= 2 * self.interval:
+            self.kick(resource, force=True)
+
+    def close(self) -> None:
+        """Cancel the rounds planned ahead (the service stops)."""
+        for entry in self._entries.values():
+            if entry.ahead is not None:
+                entry.ahead.cancel()
+                entry.ahead = None
 
     async def _follow(self, resource: str, entry: _Entry, shared: SharedSnapshots) -> Snapshot[Any] | None:
         """A follower's round: the refresher's newest round of ``resource``, waiting (up to
@@ -735,7 +780,7 @@ def build_cache(settings: Settings, client: SlurmReads) -> SnapshotCache:
     cache = SnapshotCache(refresh_interval=api.refresh_interval, slurm_wait=api.slurm_wait,
                           serve_stale=api.serve_stale, cpu_share=api.refresh_cpu_share,
                           controller_share=api.refresh_controller_share,
-                          max_interval=api.max_refresh_interval)
+                          max_interval=api.max_refresh_interval, refresh_ahead=api.refresh_ahead)
     if api.shared_cache_url is not None:
         cache.shared = SharedSnapshots.from_settings(settings)
     cache.register("jobs", client.job_table)

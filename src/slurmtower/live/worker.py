@@ -40,6 +40,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable
+from slurmtower.live import malloc
 from slurmtower.settings import Settings
 from slurmtower.slurm import make_client
 
@@ -154,6 +155,7 @@ def _init_worker(settings: Settings, queue_memo: dict[int, int] | None = None, s
     # The parent shuts the worker down in its lifespan; a Ctrl-C on the terminal's process
     # group must not kill a round half-way.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    malloc.tune()  # squeue's output and the pickled deltas (MBs) mapped apart, returned when freed
 
     _client = make_client(settings, observers=[_record])
     resume = getattr(_client, "resume_queue", None)

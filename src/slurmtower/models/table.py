@@ -18,7 +18,9 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import bisect
+import operator
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,7 +57,7 @@ class _Table:
         self.keys: tuple[Any, ...] = tuple(keys)
         self.fragments: tuple[bytes, ...] = tuple(fragments)
         self.columns: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in columns.items()}
-        self._indexes: dict[str, dict[Any, list[int]]] = {}
+        self._indexes: dict[str, dict[Any, Sequence[int]]] = {}
         self._lock = threading.Lock()
 
     # pickling: the indexes are rebuilt on the other side when asked (they are derived).
@@ -81,27 +83,29 @@ class _Table:
     #: Columns whose values are comma-separated lists (``"batch,short"``: indexed under each).
     _LIST_COLUMNS: frozenset[str] = frozenset()
 
-    def index(self, column: str) -> dict[Any, list[int]]:
-        """``value -> sorted row numbers`` for ``column``, built once per table."""
+    def index(self, column: str) -> dict[Any, Sequence[int]]:
+        """``value -> sorted row numbers`` for ``column``, built once per table (the row
+        numbers in 4-byte arrays: a list of 100,000 ints costs ten times as much)."""
         found = self._indexes.get(column)
         if found is not None:
             return found
         with self._lock:
             found = self._indexes.get(column)
             if found is None:
-                found = {}
+                lists: dict[Any, list[int]] = {}
                 values = self.columns[column]
                 if column in self._SET_COLUMNS:
                     for row, members in enumerate(values):
                         for value in members:
-                            found.setdefault(value, []).append(row)
+                            lists.setdefault(value, []).append(row)
                 elif column in self._LIST_COLUMNS:
                     for row, value in enumerate(values):
                         for part in (value.split(",") if value and "," in value else (value,)):
-                            found.setdefault(part, []).append(row)
+                            lists.setdefault(part, []).append(row)
                 else:
                     for row, value in enumerate(values):
-                        found.setdefault(value, []).append(row)
+                        lists.setdefault(value, []).append(row)
+                found = {value: array("I", rows) for value, rows in lists.items()}
                 self._indexes[column] = found
         return found
 
@@ -179,7 +183,7 @@ class JobTable(_Table):
     tell unchanged lines without parsing them; ``None`` for rows made from models).
     """
 
-    __slots__ = ("_active",)
+    __slots__ = ("_active", "_where")
     _COLUMNS = ("user", "account", "partition", "state", "name", "nodes", "line")
     _SET_COLUMNS = frozenset({"nodes"})
     _LIST_COLUMNS = frozenset({"partition"})
@@ -187,10 +191,12 @@ class JobTable(_Table):
     def __init__(self, keys: Sequence[int], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
         self._active: list[Job] | None = None
+        self._where: dict[int, int] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._active = None
+        self._where = None
 
     @classmethod
     def from_jobs(cls, jobs: Iterable[Job]) -> JobTable:
@@ -242,8 +248,8 @@ class JobTable(_Table):
         if delta.keys == self.keys:
             # The same jobs, a few rows changed (the usual refresh): copy the columns (C
             # speed) and patch those rows, instead of a Python loop over 100,000.
-            frags = list(self.fragments)
-            cols = {c: list(self.columns[c]) for c in self._COLUMNS}
+            frags: list[bytes] = list(self.fragments)
+            cols: dict[str, list[Any]] = {c: list(self.columns[c]) for c in self._COLUMNS}
             for key, (fragment, values) in delta.rows.items():
                 i = bisect.bisect_left(self.keys, key)
                 if i == len(self.keys) or self.keys[i] != key:
@@ -252,18 +258,44 @@ class JobTable(_Table):
                 for c, value in zip(self._COLUMNS, values, strict=True):
                     cols[c][i] = value
             return JobTable(self.keys, frags, cols)
-        where = {k: i for i, k in enumerate(self.keys)}
-        old = [self.columns[c] for c in self._COLUMNS]
-        out: list[tuple[bytes, tuple[Any, ...]]] = []
-        for key in delta.keys:
-            row = delta.rows.get(key)
-            if row is None:
-                at = where.get(key)
-                if at is None:
-                    raise ValueError(f"job {key} is neither in the delta nor in the table")
-                row = (self.fragments[at], tuple(c[at] for c in old))
-            out.append(row)
-        return JobTable.from_rows(delta.keys, out)
+        # Jobs came and went: each column gathered by position in C (itemgetter), then the
+        # new and changed rows patched: tens of ms at 80,000 rows where a row-by-row rebuild
+        # held the serving process's GIL for ~200 ms.
+        keys = delta.keys
+        if not keys:
+            return JobTable((), (), {c: () for c in self._COLUMNS})
+        where = self._positions()
+        at = [where.get(k, -1) for k in keys]
+        for i in (i for i, p in enumerate(at) if p < 0):
+            if keys[i] not in delta.rows:
+                raise ValueError(f"job {keys[i]} is neither in the delta nor in the table")
+            at[i] = 0  # a placeholder: the delta's row is patched in below
+        if not self.keys:
+            frags = [b""] * len(keys)
+            cols = {c: [None] * len(keys) for c in self._COLUMNS}
+        else:
+            getter = operator.itemgetter(*at)
+            if len(at) == 1:
+                frags = [getter(self.fragments)]
+                cols = {c: [getter(self.columns[c])] for c in self._COLUMNS}
+            else:
+                frags = list(getter(self.fragments))
+                cols = {c: list(getter(self.columns[c])) for c in self._COLUMNS}
+        for key, (fragment, values) in delta.rows.items():
+            i = bisect.bisect_left(keys, key)
+            if i == len(keys) or keys[i] != key:
+                continue  # a row of a job that left the queue since
+            frags[i] = fragment
+            for c, value in zip(self._COLUMNS, values, strict=True):
+                cols[c][i] = value
+        return JobTable(keys, frags, cols)
+
+    def _positions(self) -> dict[int, int]:
+        """``job id -> row`` (built once per table)."""
+        found = self._where
+        if found is None:
+            found = self._where = {k: i for i, k in enumerate(self.keys)}
+        return found
 
     def hiding(self, hidden: Collection[str]) -> JobTable:
         """This table without jobs of hidden partitions; a pending job that names several

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from slurmtower.accounting import AccountingDB
 from slurmtower.events.feed import EventFeed
 from slurmtower.events.store import EventStore
+from slurmtower.live import malloc
 from slurmtower.live.archive import LoadArchive
 from slurmtower.live.keep import SnapshotKeeper
 from slurmtower.live.worker import RefreshWorker
@@ -82,6 +83,7 @@ async def start(services: Services) -> None:
     settings = services.settings
     cache = services.snapshots
     if cache is not None:
+        malloc.tune()  # before the rounds' threads make their arenas
         # Only when the client is the one the settings make: the worker builds its own twin.
         if settings.api.refresh_in_subprocess and services.client_from_settings and cache.worker is None:
             worker = RefreshWorker(settings, report=slurm_call_observer,
@@ -113,6 +115,7 @@ async def stop(services: Services) -> None:
         services.accounting_pool = None
     cache = services.snapshots
     if cache is not None:
+        cache.close()
         worker, cache.worker = cache.worker, None
         if worker is not None:
             await worker.close()

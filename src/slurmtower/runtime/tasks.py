@@ -12,6 +12,7 @@ task                runs in          what
 ==================  ==============  ====================================================
 shared-snapshot     every process   the Redis snapshot election and rounds (shared cache)
 load-archiver       archiver         one load sample per ``archiver.archive_wait_time``
+malloc-trim         every process   hands freed memory back after rounds that grew it
 event-feed          every process   tails the event log for this process's SSE clients
 sensor              sensor           arms the triggers, polls, runs rules, purges events
 callback-refusals   every process   records refused callbacks, a count per minute
@@ -30,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 
 from slurmtower.errors import SlurmUnavailable
 from slurmtower.live.archive import LoadArchive, take_sample
+from slurmtower.live.malloc import Trimmer
 from slurmtower.runtime.sensor import forward_tasks, refusals_task, sensor_task
 from slurmtower.runtime.services import BackgroundTask, Services
 
@@ -51,6 +53,8 @@ def periodic_tasks(services: Services, parts: Collection[str]) -> list[Backgroun
     if "live" in parts and services.keeper is not None:
         tasks.append(BackgroundTask(name="snapshot-keeper", run=services.keeper.round, needs_leader=False,
                                     max_backoff=settings.api.keep_snapshots_interval))
+    if "live" in parts and cache is not None:
+        tasks.append(_trimmer(Trimmer()))
     if "archive" in parts and services.load_archive is not None and settings.archiver.archive_usage_load:
         tasks.append(_archiver(services, services.load_archive))
     if "events" in parts and services.event_store is not None and services.sensor is not None:
@@ -68,6 +72,19 @@ def periodic_tasks(services: Services, parts: Collection[str]) -> list[Backgroun
     if "actions" in parts:
         tasks.extend(_action_tasks(services))
     return tasks
+
+
+#: How often the trimmer looks at the process's size (a read of /proc/self/statm).
+TRIM_CHECK_SECONDS = 5.0
+
+
+def _trimmer(trimmer: Trimmer) -> BackgroundTask:
+    async def round_() -> float:
+        if trimmer.due():
+            await asyncio.to_thread(trimmer.run)
+        return TRIM_CHECK_SECONDS
+
+    return BackgroundTask(name="malloc-trim", run=round_, needs_leader=False)
 
 
 def _archiver(services: Services, archive: LoadArchive) -> BackgroundTask:

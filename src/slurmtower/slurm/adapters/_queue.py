@@ -165,7 +165,7 @@ class QueueRowParser:
 
     def _node_set(self, text: str | None) -> frozenset[str]:
         if not text:
-            return frozenset()
+            return _NO_NODES  # one object for every pending job (pickled once per delta)
         found = self._nodes.get(text)
         if found is None:
             found = frozenset(NodeSet(text))
@@ -191,6 +191,7 @@ class QueueRowParser:
         user_name = _intern(text_or_none(user))
         account_name = _intern(text_or_none(account))
         partition_name = _intern(text_or_none(partition))
+        job_name = _intern(name or None)
         node_list = text_or_none(nodes)
         doc: dict[str, Any] = {
             "job_id": int(job_id),
@@ -198,7 +199,7 @@ class QueueRowParser:
             "array_task_id": task_id,
             "array_task_str": task if task is not None and task_id is None else None,
             "het_job_id": _int(het) or None,
-            "name": name or None,
+            "name": job_name,
             "user_name": user_name,
             "user_id": _int(uid),
             "group_id": _int(gid),
@@ -233,6 +234,10 @@ class QueueRowParser:
         return (doc["job_id"], fragment,
                 (user_name, account_name, partition_name, base, doc["name"], self._node_set(node_list),
                  hash(line)))
+
+
+#: The node set of a job on no node (CPython makes a new empty frozenset each time).
+_NO_NODES: frozenset[str] = frozenset()
 
 
 def parse_node_state_line(line: str, *, tz: tzinfo | None = None) -> list[Node]:
