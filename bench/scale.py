@@ -27,8 +27,8 @@ on unless ``--no-access-log``) and measures, beside the lab's slurmrestd (JWT):
 * full ``/queue`` (gzip) size and requests/s against slurmrestd ``/slurm/v0.0.38/jobs``
   (``--rest-clients`` clients: one slurmrestd request at 100k jobs holds GBs), and the
   RSS peak of slurmrestd meanwhile;
-* a drain of 1,000 lab nodes by one ``scontrol update``: ``slurm.node.state`` events on
-  ``/events`` within 5 s (then the nodes are resumed).
+* a drain of a fifth of the lab's nodes (``--drain``; 1,000 at 5,000) by one ``scontrol
+  update``: ``slurm.node.state`` events on ``/events`` within 5 s (then the nodes are resumed).
 
 It prints a markdown table (figures x sizes) and writes it to ``bench/results/scale-<date>.md``.
 At the end every job it submitted is cancelled, the nodes it drained resumed, serve stopped,
@@ -513,9 +513,15 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
             time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
         rss_now = rss_mib(tree(serve.proc.pid))
-    rpcs, ctld_s = rpc_delta(rpc0, rpc_times(env))
+    rpc1 = rpc_times(env)
+    rpcs, ctld_s = rpc_delta(rpc0, rpc1)
     wall = t1 - t0
+    reads = rpc1.get("REQUEST_JOB_INFO", (0, 0))[0] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[0]
+    read_us = rpc1.get("REQUEST_JOB_INFO", (0, 0))[1] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[1]
     return {
+        "job_reads": float(reads),
+        "job_read_ms": read_us / 1000 / reads if reads else float("nan"),
+        "wall": wall,
         "cpu_pct": 100 * (cpu1 - cpu0) / wall,
         "rss_mib": rss_now,
         "rss_peak_mib": rss.peak,
@@ -635,13 +641,21 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
             f"{w['age_p50']:.1f} / {w['age_max']:.1f} (x{w['age_max'] / interval:.1f})")
         col["slurmctld time in RPCs, one poller (% of wall)"] = f"{w['ctld_pct']:.2f} ({w['rpcs_per_s']:.2f} RPC/s)"
+        col["queue reads in that window: every ... s, slurmctld ms each (REQUEST_JOB_INFO)"] = (
+            f"{w['wall'] / w['job_reads']:.1f} s, {w['job_read_ms']:,.0f} ms" if w["job_reads"] else "none")
         for route in routes_for(cluster.node_count):
             log(f"  wrk {route.label} ...")
             col[f"p99 {route.label}, {args.clients} clients"] = route_p99(serve, route, reader, args.clients,
                                                                            args.duration)
-        # the full lists against slurmrestd
+        # the full lists against slurmrestd (its /jobs past --rest-max-jobs would hold more
+        # memory than the machine has: 8 GiB at 50,000 jobs)
+        lists = [("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")]
+        if queue.jobs > args.rest_max_jobs:
+            lists = lists[1:]
+            col["full /queue on the wire (gzip) vs slurmrestd"] = (
+                f"slurmrestd not asked past {args.rest_max_jobs:,} jobs (--rest-max-jobs)")
         with RssSampler(serve.proc.pid) as rss_t:
-            for full, rest_path in (("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")):
+            for full, rest_path in lists:
                 status_t, size_t, _ = body_size(serve.url + full, reader, 120)
                 status_r, size_r, secs_r = body_size(cluster_rest(cluster) + rest_path, rest, 600)
                 col[f"full {full} on the wire (gzip) vs slurmrestd"] = (
@@ -716,12 +730,16 @@ def table(columns: dict[int, dict[str, str]], header: list[str]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--drain", type=int, default=0,
+                    help="nodes drained at once per size (default: a fifth of the lab, at least 1,000)")
     ap.add_argument("--sizes", default="1000,10000,50000,100000", help="queue sizes (jobs), ascending")
     ap.add_argument("--quick", action="store_true", help="sizes 1000,5000, 5 s per route, a 10 s window")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of wrk per route")
     ap.add_argument("--window", type=float, default=30.0, help="seconds of the one-poller window")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rest-clients", type=int, default=1, help="concurrent slurmrestd /jobs requests")
+    ap.add_argument("--rest-max-jobs", type=int, default=100_000,
+                    help="past this queue size slurmrestd's /jobs is not asked (its memory grows past the machine's)")
     ap.add_argument("--array-share", type=float, default=0.2, help="share of the jobs in arrays (100-1,000 tasks)")
     ap.add_argument("--submit-workers", type=int, default=4, help="parallel sbatch processes")
     ap.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
@@ -752,10 +770,11 @@ def main() -> None:
     tokens = cluster.demo_tokens()
     reader = {"Authorization": f"Bearer {tokens['reader']}"}
     rest = rest_headers(cluster.tower_conf)
-    # 1,000 nodes without slurmd per size, a fresh set each time (all of them in a smaller lab):
+    # --drain nodes without slurmd per size, a fresh set each time (all of them in a smaller lab):
     # 22.05 turns a drained and resumed never-registered node down* 20 s later
-    drain_sets = [NodeSet(f"n[{a}-{a + 999}]") for a in range(1001, args.nodes - 998, 1000)] or [
-        NodeSet(f"n[5-{min(args.nodes, 1004)}]")]
+    span = args.drain or max(1000, args.nodes // 5)
+    drain_sets = [NodeSet(f"n[{a}-{a + span - 1}]") for a in range(span + 1, args.nodes - span + 2, span)] or [
+        NodeSet(f"n[5-{min(args.nodes, span + 4)}]")]
     drained = NodeSet()
 
     rng = random.Random(10)  # noqa: S311 - a reproducible queue, not a secret
@@ -819,7 +838,8 @@ def main() -> None:
         text = table(columns, header)
         print("\n" + text)
         RESULTS.mkdir(exist_ok=True)
-        out = RESULTS / f"scale-{datetime.now(UTC):%Y-%m-%d}.md"
+        lab = f"-{args.nodes // 1000}k-nodes" if args.nodes != 5000 else ""
+        out = RESULTS / f"scale-{datetime.now(UTC):%Y-%m-%d}{lab}.md"
         out.write_text(text)
         log(f"written to {out}")
 
