@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint bench cluster-up cluster-down clean
+.PHONY: venv run test lint bench dist cluster-up cluster-down clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || (apt-get update -qq && apt-get install -y -q python3 python3-venv)
@@ -48,5 +48,19 @@ bench: $(STAMP)
 	  $(BIN)/python bench/snapshot_codec.py --redis redis://127.0.0.1:6379/0 && \
 	  $(BIN)/python bench/history.py --devcluster
 
+# A wheel and an sdist in dist/, for a site to install without a clone (README: Installing it).
+# The version is the git tag's (pyproject.toml's [tool.hatch.version]).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --installer uv --outdir dist .
+	@ls -l dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist
+
+# The container image (Containerfile) with Debian's podman: README "A container image". Takes
+# minutes; `make test` checks its steps without building it.
+.PHONY: image
+image:
+	SLURM_CLIENT_VERSION=$(SLURM_CLIENT_VERSION) SLURMTOWER_UID=$(SLURMTOWER_UID) IMAGE=$(IMAGE) BASE=$(BASE) \
+	  bash scripts/image.sh

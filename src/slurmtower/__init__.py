@@ -27,7 +27,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+#: The version when slurmtower's metadata cannot be read (run from a tree never installed).
+_UNKNOWN_VERSION = "0+unknown"
 
 _EXPORTS = {
     "AccountingDB": "slurmtower.accounting",
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
     from slurmtower.slurm import SlurmClient, make_client
     from slurmtower.visibility import Visibility
 
+    __version__: str
+
 __all__ = [
     "AccountingDB",
     "Catalogue",
@@ -82,7 +85,22 @@ __all__ = [
 ]
 
 
+def _installed_version() -> str:
+    """The version the installed metadata gives (the git tag's at build time: pyproject's
+    ``[tool.hatch.version]``), read once, on first use: reading it costs tens of milliseconds."""
+    from importlib.metadata import PackageNotFoundError, version  # deferred: first use only
+
+    try:
+        return version("slurmtower")
+    except PackageNotFoundError:
+        return _UNKNOWN_VERSION
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        found = _installed_version()
+        globals()["__version__"] = found
+        return found
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'slurmtower' has no attribute {name!r}")

@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from slurmtower.cli.app import app, load_settings
+from slurmtower.errors import ConfigError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["OPTION_VARIABLES", "app_factory", "export_options", "serve"]
+__all__ = ["OPTION_VARIABLES", "SERVER_EXTRA", "app_factory", "export_options", "require_server_extra", "serve"]
+
+#: The modules ``serve`` needs beyond the core install: ``pip install 'slurmtower[server]'``.
+SERVER_EXTRA = ("fastapi", "authlib")
+
+
+def require_server_extra() -> None:
+    """Raise :class:`ConfigError` naming the ``server`` extra when its packages are missing (an
+    install of the CLI alone), rather than an ImportError's traceback from deep in the API."""
+    missing = [name for name in SERVER_EXTRA if find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"slurmtower serve needs the server extra ({', '.join(missing)} not installed): "
+                          "pip install 'slurmtower[server]'")
 
 
 #: GIL switch interval of the server process. Refreshing a big snapshot (parsing 2,000 jobs
@@ -62,6 +76,7 @@ def serve(
                                              help="Log every request (costs throughput).")] = True,
 ) -> None:
     """Run the REST API service."""
+    require_server_extra()
     import uvicorn  # deferred: CLI startup
 
     from slurmtower.api import create_app  # deferred: CLI startup

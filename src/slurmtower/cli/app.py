@@ -4,7 +4,7 @@ point, where library errors become exit codes, is :mod:`slurmtower.cli.main`).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,22 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: rich's markdown rendering costs 0.1 s per start
     add_completion=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from slurmtower import __version__  # deferred: reading the metadata costs a start
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                           help="Print slurmtower's version and exit.")] = False,
+) -> None:
+    pass
 
 
 def load_settings(path: str | Path | None = None) -> Settings:

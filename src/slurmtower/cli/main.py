@@ -14,6 +14,7 @@ import slurmtower.cli.actions
 import slurmtower.cli.api
 import slurmtower.cli.auth
 import slurmtower.cli.db
+import slurmtower.cli.deploy
 import slurmtower.cli.devcluster
 import slurmtower.cli.events
 import slurmtower.cli.misc

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from slurmtower import __version__
 from slurmtower.cli.app import app
 
 __all__ = ["config_app"]
@@ -22,7 +21,9 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config f
 
 @app.command()
 def version() -> None:
-    """Print slurmtower's version."""
+    """Print slurmtower's version (as ``slurmtower --version``)."""
+    from slurmtower import __version__  # deferred: reading the metadata costs a start
+
     typer.echo(__version__)
 
 
