@@ -9,6 +9,7 @@ and show ``unknown*``) the 1,000-node drain's time and the resume Slurm only hal
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,9 +107,14 @@ def test_resume_of_a_node_whose_slurmd_is_dead_says_it_was_not_responding(
     assert record.after["n1"]["reason"] is None
 
 
+#: The held jobs' name, new each run: jobs an earlier run cancelled stay in squeue (with
+#: their JobHeldUser reason) for MinJobAge, and a rerun of this module must not find them.
+FIND_NAME = f"st-scale-find-{secrets.token_hex(3)}"
+
+
 @pytest.fixture(scope="module")
 def held_jobs(devcluster: DevCluster) -> Iterator[list[int]]:
-    jobs = [sbatch_held("-J", "st-scale-find", "-A", "physics", "-p", "batch") for _ in range(3)]
+    jobs = [sbatch_held("-J", FIND_NAME, "-A", "physics", "-p", "batch") for _ in range(3)]
     yield jobs
     sh("scancel", *map(str, jobs), check=False)
 
@@ -116,7 +122,7 @@ def held_jobs(devcluster: DevCluster) -> Iterator[list[int]]:
 def test_job_find_on_a_text_form_field_is_one_squeue_call(catalogue: Catalogue, runner: CommandRunner,
                                                           held_jobs: list[int]) -> None:
     with Calls(runner) as calls:
-        env = run(catalogue, "slurm.job.find", {"criterias": {"name": "st-scale-find",
+        env = run(catalogue, "slurm.job.find", {"criterias": {"name": FIND_NAME,
                                                               "state_reason": "JobHeldUser"}})
     assert env.result == sorted(held_jobs)
     assert calls.kinds == ["squeue"]  # Slurm's name filter, then the text form of what it leaves
@@ -125,7 +131,7 @@ def test_job_find_on_a_text_form_field_is_one_squeue_call(catalogue: Catalogue, 
 def test_job_find_on_a_full_record_field_reads_only_the_narrowed_jobs(
         catalogue: Catalogue, runner: CommandRunner, held_jobs: list[int]) -> None:
     with Calls(runner) as calls:
-        env = run(catalogue, "slurm.job.find", {"criterias": {"name": "st-scale-find", "restarts": 0}})
+        env = run(catalogue, "slurm.job.find", {"criterias": {"name": FIND_NAME, "restarts": 0}})
     assert env.result == sorted(held_jobs)
     # the ids by name, then one single-job read per id: never every job's record
     assert calls.kinds == ["squeue"] + ["scontrol show"] * len(held_jobs)
@@ -137,7 +143,7 @@ def test_job_get_reads_only_the_asked_job(catalogue: Catalogue, runner: CommandR
         env = run(catalogue, "slurm.job.get", {"jobids": held_jobs[0]})
     assert calls.kinds == ["scontrol show"]
     job = env.result[str(held_jobs[0])][0]
-    assert (job["name"], job["account"], job["partition"], job["state"]) == ("st-scale-find", "physics",
+    assert (job["name"], job["account"], job["partition"], job["state"]) == (FIND_NAME, "physics",
                                                                               "batch", "PENDING")
     assert job["state_reason"] == "JobHeldUser" and job["from_accounting"] is False
 
@@ -154,7 +160,7 @@ def test_rest_backend_reads_a_few_nodes_and_jobs_one_by_one(devcluster: DevClust
         with pytest.raises(NotFound, match="n9"):
             rest.nodes(NodeSet("n[3,9]"))
         jobs = rest.jobs([held_jobs[0], 999999])
-        assert [j.job_id for j in jobs] == [held_jobs[0]] and jobs[0].name == "st-scale-find"
+        assert [j.job_id for j in jobs] == [held_jobs[0]] and jobs[0].name == FIND_NAME
         # /node/{name} and /job/{id}, never every node's or job's record
         assert set(paths) == {"rest openapi", "rest node", "rest job"}, paths
     finally:

@@ -57,8 +57,10 @@ def _ended(jobs: list[int]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def used(devcluster: DevCluster) -> Used:
-    """Two users' short jobs in two accounts, ended and rolled up by slurmdbd."""
+def used(devcluster: DevCluster, cluster_settings: Settings) -> Used:
+    """Two users' short jobs in two accounts, ended and rolled up by slurmdbd (until the
+    report over their hours shows both: a rollup asked while slurmdbd runs its own hourly one,
+    just past the hour, can leave the hour's rows to that one)."""
     common = ("-t", "2", "-o", "/dev/null")
     jobs = [submit("alice", "-J", "st-uirep-a", "-A", "physics", "-p", "batch", "-c", "2", *common,
                    "--wrap", "timeout 3 sh -c 'while :; do :; done'; true"),
@@ -68,7 +70,18 @@ def used(devcluster: DevCluster) -> Used:
     first = min(datetime.fromisoformat(s).astimezone(UTC) for s in out.split())
     start = first.replace(minute=0, second=0, microsecond=0)
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    devcluster.roll_up(start=start)
+    db = AccountingDB.from_settings(cluster_settings)
+    try:
+        reports = Reports(db, tz=cluster_settings.accounting.time_zone)
+
+        def rolled() -> bool:
+            devcluster.roll_up(start=start)
+            got = reports.usage(UsageQuery(start=start, end=end, period="hour", group_by="user"))
+            return {"alice", "bob"} <= {g.name for g in got.groups}
+
+        wait_for(rolled, 60, 2, what="both users' usage in the rolled-up hours")
+    finally:
+        db.close()
     return Used(start=start, end=end, jobs=jobs)
 
 
