@@ -10,6 +10,8 @@
 #                         it cannot be pulled (no registry reachable), a Debian 12 base is made
 #                         from Debian's mirror with debootstrap: localhost/debian-debootstrap:bookworm
 #   STORAGE_DRIVER        podman's storage driver (default vfs)
+#   PIP_CA_FILE           a CA bundle pip must trust inside the build (a TLS-inspecting proxy);
+#                         default: the host pip's (PIP_CERT, or `cert =` in /etc/pip.conf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,7 @@ if ! "${podman[@]}" image exists "$BASE" && ! "${podman[@]}" pull -q "$BASE"; th
   if ! "${podman[@]}" image exists "$BASE"; then
     need debootstrap
     root=$(mktemp -d /var/tmp/slurmtower-debootstrap.XXXXXX)
+    chmod 0755 "$root"  # the image's / (mktemp's 0700 keeps every non-root user out of it)
     trap 'rm -rf "$root"' EXIT
     debootstrap --variant=minbase bookworm "$root" "$MIRROR"
     # The sources of Debian's own bookworm image (slurm-client's fixes come from -security).
@@ -58,6 +61,10 @@ fi
 args=(--build-arg "BASE=$BASE")
 [ -n "$SLURM_CLIENT_VERSION" ] && args+=(--build-arg "SLURM_CLIENT_VERSION=$SLURM_CLIENT_VERSION")
 [ -n "${SLURMTOWER_UID:-}" ] && args+=(--build-arg "SLURMTOWER_UID=$SLURMTOWER_UID")
+ca=${PIP_CA_FILE:-${PIP_CERT:-$(sed -n 's/^ *cert *= *//p' /etc/pip.conf 2>/dev/null | head -1)}}
+if [ -n "$ca" ] && [ -f "$ca" ]; then
+  args+=(--volume "$ca:/run/pip-ca.crt:ro" --build-arg PIP_CA=/run/pip-ca.crt)
+fi
 tag=$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)
 [ -n "$tag" ] && args+=(--build-arg "SLURMTOWER_VERSION=${tag#v}")
 "${podman[@]}" build --isolation chroot --pull=never -f Containerfile "${args[@]}" -t "$IMAGE" .

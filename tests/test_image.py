@@ -214,12 +214,22 @@ def test_the_image_serves_the_local_cluster_with_the_sites_slurm_conf_and_munge_
     state_dir.mkdir()
     os.chown(state_dir, uid, uid)
     config = install_root / "slurmtower.toml"
-    config.write_text(re.sub(r'(?m)^state_dir = .*$', 'state_dir = "/var/lib/slurmtower"',
-                             devcluster.tower_conf.read_text()))
+    # The local cluster's config with the container's paths, as a site writes it for the image:
+    # its state volume and the slurm.conf mounted at /etc/slurm (the host's paths are not there:
+    # scontrol with no slurm.conf would look for slurmctld by DNS and hang).
+    text = re.sub(r'(?m)^state_dir = .*$', 'state_dir = "/var/lib/slurmtower"', devcluster.tower_conf.read_text())
+    text = re.sub(r'(?m)^slurm_conf = .*$', 'slurm_conf = "/etc/slurm/slurm.conf"', text)
+    text = re.sub(r'(?m)^rest_jwt_key_file = .*\n', '', text)  # slurmrestd's key: the REST backend's, not used here
+    config.write_text(text + "\n[events]\nsensor_enabled = false  # the sensor runs on the slurmctld host\n")
     os.chmod(config, 0o644)
     port = free_port()
     name = f"slurmtower-test-{port}"
-    run = [*PODMAN, "run", "--rm", "-d", "--name", name, "--network", "host",
+    # Limits of the container's own, below a VM's hard ones (podman's defaults are above them:
+    # "setrlimit RLIMIT_NOFILE: Operation not permitted"), and runc where installed (crun refuses
+    # a host with cgroup v1 and v2 mounted side by side); the README says both.
+    runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+    run = [*PODMAN, *runtime, "run", "--rm", "-d", "--name", name, "--network", "host",
+           "--ulimit", "nofile=16384:16384", "--ulimit", "nproc=8192:8192",
            "-v", f"{devcluster.slurm_conf}:/etc/slurm/slurm.conf:ro",
            "-v", "/run/munge:/run/munge",
            "-v", f"{config}:/etc/slurmtower/slurmtower.toml:ro",
@@ -239,14 +249,14 @@ def test_the_image_serves_the_local_cluster_with_the_sites_slurm_conf_and_munge_
             return [n["name"] for n in answer.json()["nodes"]] if answer.status_code == 200 else None
 
         assert wait_for(nodes, 90, 0.5, what=f"{IMAGE} serving") == list(ALL_NODES)
-        who = subprocess.run([*PODMAN, "exec", name, "id", "-u"], capture_output=True, text=True, timeout=60,
+        who = subprocess.run([*PODMAN, *runtime, "exec", name, "id", "-u"], capture_output=True, text=True, timeout=60,
                              check=True).stdout.strip()
         assert who == str(uid)
         assert (state_dir / "slurmtower.db").stat().st_uid == uid
-        sinfo = subprocess.run([*PODMAN, "exec", name, "sinfo", "-h", "-o", "%N"], capture_output=True, text=True,
+        sinfo = subprocess.run([*PODMAN, *runtime, "exec", name, "sinfo", "-h", "-o", "%N"], capture_output=True, text=True,
                                timeout=60, check=True).stdout.strip()
         assert sinfo == str(ALL_NODES)
     finally:
-        logs = subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True, timeout=60, check=False)
-        subprocess.run([*PODMAN, "rm", "-f", "-t", "10", name], capture_output=True, timeout=120, check=False)
+        logs = subprocess.run([*PODMAN, *runtime, "logs", name], capture_output=True, text=True, timeout=60, check=False)
+        subprocess.run([*PODMAN, *runtime, "rm", "-f", "-t", "10", name], capture_output=True, timeout=120, check=False)
         print(logs.stdout[-2000:], logs.stderr[-2000:])
