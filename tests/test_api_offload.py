@@ -18,8 +18,10 @@ import pytest
 
 from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
+from slurmtower.live import worker as refresh_worker
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
+from slurmtower.slurm import make_client
 
 from .api_server import running
 from .conftest import sh, wait_for
@@ -257,3 +259,28 @@ def test_a_killed_parent_takes_its_worker_and_resource_tracker_with_it() -> None
             proc.wait(10)
     wait_for(lambda: not alive(worker), 10, what="the worker to die with its parent")
     wait_for(lambda: not alive(tracker), 10, what="the resource tracker to exit")
+
+
+def test_the_controllers_time_per_round_is_measured_from_the_second_round(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sdiag's own average runs from its last reset: at a queue that grew since, it is far below
+    what a read costs now, and a refresh interval bounded by slurmctld's share would stay too
+    short. The worker reads sdiag again at its next round until the round's RPC is measured
+    from two reads (then every CONTROLLER_EVERY seconds)."""
+    monkeypatch.setattr(refresh_worker, "_client", make_client(settings))
+    for name, fresh in (("_rpc_seconds", {}), ("_rpc_totals", {}), ("_rpc_measured", set()),
+                        ("_rpc_read", [-1e9]), ("_rpc_reads", [0])):
+        monkeypatch.setattr(refresh_worker, name, fresh)
+    rpcs = ("REQUEST_JOB_INFO",)
+    refresh_worker._controller_seconds(rpcs)  # the first round: sdiag's average, the totals kept
+    assert refresh_worker._rpc_reads == [1] and "REQUEST_JOB_INFO" not in refresh_worker._rpc_measured
+    count0, total0 = refresh_worker._rpc_totals["REQUEST_JOB_INFO"]
+    for _ in range(3):
+        sh("squeue", "-h")
+    seconds = refresh_worker._controller_seconds(rpcs)  # the next round, well within CONTROLLER_EVERY
+    assert refresh_worker._rpc_reads == [2] and "REQUEST_JOB_INFO" in refresh_worker._rpc_measured
+    count1, total1 = refresh_worker._rpc_totals["REQUEST_JOB_INFO"]
+    assert count1 >= count0 + 3
+    assert seconds == pytest.approx((total1 - total0) / (count1 - count0) / 1e6)
+    refresh_worker._controller_seconds(rpcs)  # measured: no sdiag read before CONTROLLER_EVERY
+    assert refresh_worker._rpc_reads == [2]

@@ -183,15 +183,25 @@ _last: dict[str, Any] = {}
 #: own average runs from its last reset (midnight) and lags a queue that grew since.
 _rpc_seconds: dict[str, float] = {}
 _rpc_totals: dict[str, tuple[int, int]] = {}
+#: The RPC types whose time in _rpc_seconds comes from two reads of sdiag (not its average since
+#: its last reset, which a queue that grew since makes too low: sdiag is read again at the next
+#: round until every type a round asks for is measured so).
+_rpc_measured: set[str] = set()
 _rpc_read = [-1e9]
 CONTROLLER_EVERY = 20.0
+#: At most this many reads of sdiag one round apart while a type is unmeasured (a type that
+#: never shows up in sdiag must not cost a read every round).
+CONTROLLER_FIRST_READS = 5
+_rpc_reads = [0]
 
 
 def _controller_seconds(rpcs: tuple[str, ...]) -> float:
     if not rpcs:
         return 0.0
-    if time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY:
+    unmeasured = not _rpc_measured.issuperset(rpcs) and _rpc_reads[0] < CONTROLLER_FIRST_READS
+    if time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY or unmeasured:
         _rpc_read[0] = time.monotonic()
+        _rpc_reads[0] += 1
         try:
             stats = _client.stats()
         except SlurmtowerError:
@@ -203,6 +213,7 @@ def _controller_seconds(rpcs: tuple[str, ...]) -> float:
             _rpc_totals[rpc.name] = (rpc.count, rpc.total_time_us)
             if before is not None and rpc.count > before[0] and rpc.total_time_us >= before[1]:
                 _rpc_seconds[rpc.name] = (rpc.total_time_us - before[1]) / (rpc.count - before[0]) / 1e6
+                _rpc_measured.add(rpc.name)
             elif rpc.name not in _rpc_seconds and rpc.average_time_us:
                 _rpc_seconds[rpc.name] = rpc.average_time_us / 1e6
     return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
