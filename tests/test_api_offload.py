@@ -261,26 +261,30 @@ def test_a_killed_parent_takes_its_worker_and_resource_tracker_with_it() -> None
     wait_for(lambda: not alive(tracker), 10, what="the resource tracker to exit")
 
 
-def test_the_controllers_time_per_round_is_measured_from_the_second_round(
+def test_the_controllers_time_per_round_is_measured_around_the_rounds_own_read(
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """sdiag's own average runs from its last reset: at a queue that grew since, it is far below
     what a read costs now, and a refresh interval bounded by slurmctld's share would stay too
-    short. The worker reads sdiag again at its next round until the round's RPC is measured
-    from two reads (then every CONTROLLER_EVERY seconds)."""
+    short; a span between two rounds holds others' calls too. The worker reads sdiag just
+    before and just after a round's read (the first round, then every CONTROLLER_EVERY s)."""
     monkeypatch.setattr(refresh_worker, "_client", make_client(settings))
-    for name, fresh in (("_rpc_seconds", {}), ("_rpc_totals", {}), ("_rpc_measured", set()),
-                        ("_rpc_read", [-1e9]), ("_rpc_reads", [0])):
+    for name, fresh in (("_rpc_seconds", {}), ("_rpc_measured", set()), ("_rpc_read", [-1e9]),
+                        ("_rpc_reads", [0])):
         monkeypatch.setattr(refresh_worker, name, fresh)
     rpcs = ("REQUEST_JOB_INFO",)
-    refresh_worker._controller_seconds(rpcs)  # the first round: sdiag's average, the totals kept
-    assert refresh_worker._rpc_reads == [1] and "REQUEST_JOB_INFO" not in refresh_worker._rpc_measured
-    count0, total0 = refresh_worker._rpc_totals["REQUEST_JOB_INFO"]
-    for _ in range(3):
+    assert refresh_worker._controller_due(rpcs)  # the first round is measured
+    before = refresh_worker._rpc_totals_now()
+    assert before is not None and "REQUEST_JOB_INFO" in before
+    for _ in range(3):  # the round's read (three calls)
         sh("squeue", "-h")
-    seconds = refresh_worker._controller_seconds(rpcs)  # the next round, well within CONTROLLER_EVERY
-    assert refresh_worker._rpc_reads == [2] and "REQUEST_JOB_INFO" in refresh_worker._rpc_measured
-    count1, total1 = refresh_worker._rpc_totals["REQUEST_JOB_INFO"]
-    assert count1 >= count0 + 3
-    assert seconds == pytest.approx((total1 - total0) / (count1 - count0) / 1e6)
-    refresh_worker._controller_seconds(rpcs)  # measured: no sdiag read before CONTROLLER_EVERY
-    assert refresh_worker._rpc_reads == [2]
+    seconds = refresh_worker._controller_seconds(rpcs, before)
+    after = refresh_worker._rpc_totals_now()
+    assert after is not None
+    (count0, total0), (count1, total1) = before["REQUEST_JOB_INFO"], after["REQUEST_JOB_INFO"]
+    assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in refresh_worker._rpc_measured
+    assert 0 < seconds <= (total1 - total0) / 3 / 1e6  # per call, from these calls only
+    # Measured: the next rounds are not, until CONTROLLER_EVERY has passed; they keep the figure.
+    assert not refresh_worker._controller_due(rpcs)
+    assert refresh_worker._controller_seconds(rpcs, None) == seconds and refresh_worker._rpc_reads == [1]
+    refresh_worker._rpc_read[0] -= refresh_worker.CONTROLLER_EVERY
+    assert refresh_worker._controller_due(rpcs)

@@ -178,50 +178,59 @@ def _pickled_error(exc: SlurmtowerError) -> bytes:
 
 #: resource -> (the client's last answer, as returned), to tell an unchanged answer.
 _last: dict[str, Any] = {}
-#: The recent average time (seconds) of each RPC type, from sdiag read at most every
-#: CONTROLLER_EVERY seconds: (count, total_time_us) deltas between two reads, since sdiag's
-#: own average runs from its last reset (midnight) and lags a queue that grew since.
+#: The time (seconds) of one call of each RPC type, measured by reading sdiag's per-type
+#: (count, total_time_us) just before and just after a round's read, at most every
+#: CONTROLLER_EVERY seconds: the round's own calls (and any made by others meanwhile), not
+#: sdiag's average since its last reset (midnight), which a queue grown since makes too low,
+#: nor one over a span where others' calls wait on slurmctld's locks.
 _rpc_seconds: dict[str, float] = {}
-_rpc_totals: dict[str, tuple[int, int]] = {}
-#: The RPC types whose time in _rpc_seconds comes from two reads of sdiag (not its average since
-#: its last reset, which a queue that grew since makes too low: sdiag is read again at the next
-#: round until every type a round asks for is measured so).
+#: The RPC types measured so at least once.
 _rpc_measured: set[str] = set()
 _rpc_read = [-1e9]
 CONTROLLER_EVERY = 20.0
-#: At most this many reads of sdiag one round apart while a type is unmeasured (a type that
-#: never shows up in sdiag must not cost a read every round).
+#: While a type is unmeasured (its count did not move during a round), measure again at the
+#: next round, at most this many times (a type sdiag never shows must not cost two reads a round).
 CONTROLLER_FIRST_READS = 5
 _rpc_reads = [0]
 
 
-def _controller_seconds(rpcs: tuple[str, ...]) -> float:
+def _rpc_totals_now() -> dict[str, tuple[int, int]] | None:
+    """sdiag's (count, total_time_us) per RPC type now; None when sdiag does not answer."""
+    try:
+        stats = _client.stats()
+    except SlurmtowerError:
+        return None
+    return {r.name: (r.count, r.total_time_us) for r in stats.rpcs_by_type if r.total_time_us is not None}
+
+
+def _controller_due(rpcs: tuple[str, ...]) -> bool:
+    """Whether this round's read of ``rpcs`` is to be measured (sdiag around it)."""
     if not rpcs:
-        return 0.0
+        return False
     unmeasured = not _rpc_measured.issuperset(rpcs) and _rpc_reads[0] < CONTROLLER_FIRST_READS
-    if time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY or unmeasured:
+    return unmeasured or time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY
+
+
+def _controller_seconds(rpcs: tuple[str, ...], before: dict[str, tuple[int, int]] | None) -> float:
+    """slurmctld seconds one round of ``rpcs`` costs: measured from ``before`` (sdiag's totals
+    read just before the round's read; None: not measured this round) to now, else the last
+    measurement (0 before the first)."""
+    if before is not None:
         _rpc_read[0] = time.monotonic()
         _rpc_reads[0] += 1
-        try:
-            stats = _client.stats()
-        except SlurmtowerError:
-            return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
-        for rpc in stats.rpcs_by_type:
-            if rpc.total_time_us is None:
-                continue
-            before = _rpc_totals.get(rpc.name)
-            _rpc_totals[rpc.name] = (rpc.count, rpc.total_time_us)
-            if before is not None and rpc.count > before[0] and rpc.total_time_us >= before[1]:
-                _rpc_seconds[rpc.name] = (rpc.total_time_us - before[1]) / (rpc.count - before[0]) / 1e6
-                _rpc_measured.add(rpc.name)
-            elif rpc.name not in _rpc_seconds and rpc.average_time_us:
-                _rpc_seconds[rpc.name] = rpc.average_time_us / 1e6
+        after = _rpc_totals_now() or {}
+        for name in rpcs:
+            b, a = before.get(name), after.get(name)
+            if b is not None and a is not None and a[0] > b[0] and a[1] >= b[1]:
+                _rpc_seconds[name] = (a[1] - b[1]) / (a[0] - b[0]) / 1e6
+                _rpc_measured.add(name)
     return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
 
 
 def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
     _calls.clear()
     cpu0 = cpu_now()
+    before = _rpc_totals_now() if _controller_due(spec.rpcs) else None
     try:
         raw = getattr(_client, spec.delta)(full=full) if spec.delta is not None else getattr(_client, spec.method)()
     except SlurmtowerError as exc:
@@ -232,7 +241,7 @@ def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
                                resource=spec.resource)
         return Offloaded(calls=list(_calls), error=pickle.dumps(err), cpu_seconds=cpu_now() - cpu0)
     fetched_at, done = datetime.now(UTC), time.monotonic()
-    controller = _controller_seconds(spec.rpcs)
+    controller = _controller_seconds(spec.rpcs, before)
     if spec.delta is not None:
         blob = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
         return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,
