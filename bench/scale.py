@@ -58,6 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
@@ -496,7 +497,7 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float) -> dict[str, float]:
+def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float) -> dict[str, Any]:
     """One client on /queue?limit=100 every 2 s: CPU, RSS, data age and controller time."""
     ages: list[float] = []
     statuses: list[int] = []
@@ -513,6 +514,7 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
             time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
         rss_now = rss_mib(tree(serve.proc.pid))
+        scrape = http.get("/metrics").text
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
     wall = t1 - t0
@@ -530,7 +532,23 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
         "bad_status": float(sum(1 for s in statuses if s != 200)),
         "ctld_pct": 100 * ctld_s / wall,
         "rpcs_per_s": rpcs / wall,
+        "adapted": adapted_interval(scrape),
     }
+
+
+def adapted_interval(scrape: str) -> str:
+    """The refresh interval in force at the window's end and what set it: each resource's CPU
+    and slurmctld seconds per round (moving averages), from the service's /metrics."""
+    def gauge(name: str) -> dict[str, float]:
+        return {m[1] or "": float(m[2]) for m in re.finditer(
+            rf'^{name}(?:{{resource="([^"]*)"}})? (\S+)$', scrape, re.M)}
+    interval = gauge("slurmtower_refresh_interval_seconds").get("")
+    if interval is None:
+        return "n/a (no refresh gauges in /metrics)"
+    cpu, ctld = gauge("slurmtower_refresh_cpu_seconds"), gauge("slurmtower_refresh_controller_seconds")
+    per = ", ".join(f"{r} {cpu.get(r, 0):.2f} / {ctld.get(r, 0):.3f}" for r in sorted(set(cpu) | set(ctld))
+                    if cpu.get(r, 0) or ctld.get(r, 0))
+    return f"{interval:.1f} s; per round, CPU s / slurmctld s: {per}"
 
 
 @dataclass
@@ -643,6 +661,8 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         col["slurmctld time in RPCs, one poller (% of wall)"] = f"{w['ctld_pct']:.2f} ({w['rpcs_per_s']:.2f} RPC/s)"
         col["queue reads in that window: every ... s, slurmctld ms each (REQUEST_JOB_INFO)"] = (
             f"{w['wall'] / w['job_reads']:.1f} s, {w['job_read_ms']:,.0f} ms" if w["job_reads"] else "none")
+        col["refresh interval in force at the window's end (api.refresh_cpu_share, refresh_controller_share)"] = (
+            w["adapted"])
         for route in routes_for(cluster.node_count):
             log(f"  wrk {route.label} ...")
             col[f"p99 {route.label}, {args.clients} clients"] = route_p99(serve, route, reader, args.clients,
