@@ -152,8 +152,14 @@ def test_requeue_a_running_job_and_requeuehold_it(ctl: CliJobControl, jobs: list
              what="the requeued job to be held")
 
 
-def test_signal_and_cancel_a_running_job(ctl: CliJobControl, jobs: list[int]) -> None:
-    job = running(jobs)
+def test_signal_and_cancel_a_running_job(ctl: CliJobControl, jobs: list[int], tmp_path: Path) -> None:
+    # RUNNING in slurmctld comes before slurmstepd runs the script: a signal sent in between
+    # finds no shell and the job sleeps on. Wait for the script's first line in its output.
+    out = tmp_path / "signal.out"
+    job = submit("root", "-J", NAME, "-t", "10", "-o", str(out), "--wrap", "echo started; sleep 300")
+    jobs.append(job)
+    wait_for(lambda: state(job) == "RUNNING" and out.exists() and "started" in out.read_text(), 30,
+             what=f"job {job}'s script to run")
     # USR1 to the batch shell ends it (bash has no handler for it).
     assert ctl.cancel(parse_job_ids([job]), signal="SIGUSR1", batch=True) == {str(job): None}
     wait_for(lambda: field(job, "JobState") in {"FAILED", "CANCELLED", "COMPLETED"}, 30, what="the job to end")
