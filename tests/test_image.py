@@ -176,22 +176,26 @@ def test_the_install_steps_give_a_service_that_reads_the_local_cluster_as_the_im
                                 stdout=out, stderr=out, start_new_session=True,
                                 executable=shutil.which(argv[0], path=env["PATH"]))
     try:
-        token = json.loads((devcluster.root / "etc/demo-tokens.json").read_text())["reader"]
+        token = devcluster.demo_tokens()["reader"]
 
         def nodes() -> list[str] | None:
             assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/nodes", headers={"Authorization": f"Bearer {token}"},
-                                   timeout=5)
-            except httpx.HTTPError:
-                return None
-            return [n["name"] for n in answer.json()["nodes"]] if answer.status_code == 200 else None
+            return listed_nodes(port, token)
 
         assert wait_for(nodes, 60, 0.3, what="serve from the installed venv") == list(ALL_NODES)
         assert (state_dir / "slurmtower.db").stat().st_uid == uid
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(30)
+
+
+def listed_nodes(port: int, token: str) -> list[str] | None:
+    """The node names a service on ``port`` lists with ``token``; None until it answers 200."""
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{port}/nodes", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+    except httpx.HTTPError:
+        return None
+    return [n["name"] for n in answer.json()["nodes"]] if answer.status_code == 200 else None
 
 
 def _podman_image_gap() -> str | None:
@@ -238,17 +242,8 @@ def test_the_image_serves_the_local_cluster_with_the_sites_slurm_conf_and_munge_
     started = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)
     assert started.returncode == 0, started.stderr
     try:
-        token = json.loads((devcluster.root / "etc/demo-tokens.json").read_text())["reader"]
-
-        def nodes() -> list[str] | None:
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/nodes", headers={"Authorization": f"Bearer {token}"},
-                                   timeout=5)
-            except httpx.HTTPError:
-                return None
-            return [n["name"] for n in answer.json()["nodes"]] if answer.status_code == 200 else None
-
-        assert wait_for(nodes, 90, 0.5, what=f"{IMAGE} serving") == list(ALL_NODES)
+        token = devcluster.demo_tokens()["reader"]
+        assert wait_for(lambda: listed_nodes(port, token), 90, 0.5, what=f"{IMAGE} serving") == list(ALL_NODES)
         who = subprocess.run([*PODMAN, *runtime, "exec", name, "id", "-u"], capture_output=True, text=True, timeout=60,
                              check=True).stdout.strip()
         assert who == str(uid)

@@ -233,7 +233,7 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
     url = store_url.format(state_dir=state_dir)
     config = state_dir / "slurmtower.toml"
     config.write_text(re.sub(r'(?m)^state_dir = .*$', f'state_dir = "{state_dir}"', devcluster.tower_conf.read_text()))
-    tokens = json.loads((devcluster.root / "etc/demo-tokens.json").read_text())
+    tokens = devcluster.demo_tokens()
     api_port, sensor_port = free_port(), free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "PYTHONPATH"))}
     base_env.update(SLURM_CONF=str(devcluster.slurm_conf), SLURMTOWER_CONFIG=str(config),
