@@ -46,7 +46,7 @@ def node_fragment(node: Node) -> bytes:
 class _Table:
     """Rows of JSON bytes with parallel columns and lazily built indexes."""
 
-    __slots__ = ("_indexes", "_lock", "columns", "fragments", "keys")
+    __slots__ = ("_indexes", "_lock", "_positions", "columns", "fragments", "keys")
     _COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, keys: Sequence[Any], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
@@ -59,6 +59,7 @@ class _Table:
         self.columns: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in columns.items()}
         self._indexes: dict[str, dict[Any, Sequence[int]]] = {}
         self._lock = threading.Lock()
+        self._positions: dict[Any, int] | None = None
 
     # pickling: the indexes are rebuilt on the other side when asked (they are derived).
     def __getstate__(self) -> dict[str, Any]:
@@ -66,10 +67,17 @@ class _Table:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.keys, self.fragments, self.columns = state["keys"], state["fragments"], state["columns"]
-        self._indexes, self._lock = {}, threading.Lock()
+        self._indexes, self._lock, self._positions = {}, threading.Lock(), None
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def positions(self) -> dict[Any, int]:
+        """``key -> row number`` (built once per table)."""
+        found = self._positions
+        if found is None:
+            found = self._positions = {k: i for i, k in enumerate(self.keys)}
+        return found
 
     def __eq__(self, other: object) -> bool:
         return (type(other) is type(self) and isinstance(other, _Table) and self.keys == other.keys
@@ -183,7 +191,7 @@ class JobTable(_Table):
     tell unchanged lines without parsing them; ``None`` for rows made from models).
     """
 
-    __slots__ = ("_active", "_where")
+    __slots__ = ("_active",)
     _COLUMNS = ("user", "account", "partition", "state", "name", "nodes", "line")
     _SET_COLUMNS = frozenset({"nodes"})
     _LIST_COLUMNS = frozenset({"partition"})
@@ -191,12 +199,10 @@ class JobTable(_Table):
     def __init__(self, keys: Sequence[int], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
         self._active: list[Job] | None = None
-        self._where: dict[int, int] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._active = None
-        self._where = None
 
     @classmethod
     def from_jobs(cls, jobs: Iterable[Job]) -> JobTable:
@@ -264,7 +270,7 @@ class JobTable(_Table):
         keys = delta.keys
         if not keys:
             return JobTable((), (), {c: () for c in self._COLUMNS})
-        where = self._positions()
+        where = self.positions()
         at = [where.get(k, -1) for k in keys]
         for i in (i for i, p in enumerate(at) if p < 0):
             if keys[i] not in delta.rows:
@@ -289,13 +295,6 @@ class JobTable(_Table):
             for c, value in zip(self._COLUMNS, values, strict=True):
                 cols[c][i] = value
         return JobTable(keys, frags, cols)
-
-    def _positions(self) -> dict[int, int]:
-        """``job id -> row`` (built once per table)."""
-        found = self._where
-        if found is None:
-            found = self._where = {k: i for i, k in enumerate(self.keys)}
-        return found
 
     def hiding(self, hidden: Collection[str]) -> JobTable:
         """This table without jobs of hidden partitions; a pending job that names several
@@ -358,18 +357,16 @@ class NodeTable(_Table):
     (a set of partition names).
     """
 
-    __slots__ = ("_models", "_positions")
+    __slots__ = ("_models",)
     _COLUMNS = ("name", "state", "partition")
     _SET_COLUMNS = frozenset({"state", "partition"})
 
     def __init__(self, keys: Sequence[str], fragments: Sequence[bytes], columns: Mapping[str, Sequence[Any]]) -> None:
         super().__init__(keys, fragments, columns)
-        self._positions: dict[str, int] | None = None
         self._models: list[Node] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._positions = None
         self._models = None
 
     @classmethod
@@ -408,7 +405,5 @@ class NodeTable(_Table):
 
     def rows_of(self, names: Iterable[str]) -> list[int]:
         """Sorted row numbers of the nodes named (unknown names are skipped)."""
-        if self._positions is None:
-            self._positions = {k: i for i, k in enumerate(self.keys)}
-        pos = self._positions
+        pos = self.positions()
         return sorted({pos[n] for n in names if n in pos})
