@@ -497,7 +497,8 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float) -> dict[str, Any]:
+def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float,
+                profile: str = "") -> dict[str, Any]:
     """One client on /queue?limit=100 every 2 s: CPU, RSS, data age and controller time."""
     ages: list[float] = []
     statuses: list[int] = []
@@ -505,7 +506,8 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
     pids = tree(serve.proc.pid)
     rpc0 = rpc_times(env)
     cpu0, t0 = cpu_s(pids), time.perf_counter()
-    with RssSampler(serve.proc.pid) as rss, httpx.Client(base_url=serve.url, timeout=30, headers=headers) as http:
+    with RssSampler(serve.proc.pid) as rss, httpx.Client(base_url=serve.url, timeout=30, headers=headers) as http, \
+            Profile(serve, profile, window, bool(profile)):
         for i in range(max(1, int(window / 2))):
             r = http.get("/queue", params={"limit": 100})
             statuses.append(r.status_code)
@@ -569,16 +571,103 @@ def routes_for(nodes: int) -> list[Route]:
     ]
 
 
-def route_p99(serve: Serve, route: Route, headers: dict[str, str], clients: int, duration: float) -> str:
+def route_p99(serve: Serve, route: Route, headers: dict[str, str], clients: int, duration: float,
+              profile: str = "") -> str:
     status, _size, _secs = body_size(serve.url + route.path, headers, 60)
     if status >= 400:
         return f"n/a (status {status})"
     # as HTTP clients do (httpx, requests, browsers): a 5,000-node list is 4 MB uncompressed
-    load = wrk(serve.url + route.path, {**headers, "Accept-Encoding": "gzip"}, clients, duration)
+    with Profile(serve, profile, duration, bool(profile)):
+        load = wrk(serve.url + route.path, {**headers, "Accept-Encoding": "gzip"}, clients, duration)
     if not load.requests:
         return f"n/a (no answer in {duration:g} s)"
     err = f", {load.errors} errors" if load.errors else ""
     return f"{load.p99_ms:.1f} ms ({load.rps:,.0f}/s{err})"
+
+
+# -- where the time goes ----------------------------------------------------------------
+PROFILES: list[str] = []
+
+
+class Profile:
+    """py-spy sampling the service's processes (serve and its refresh worker, each with a
+    py-spy of its own) while a load runs.
+
+    ``--profile``: the samples of non-idle threads, summarised per process as the functions
+    with the most samples at the top of the stack (self) and the project's own functions with
+    the most samples anywhere on it (inclusive), written below the table.
+    """
+
+    def __init__(self, serve: Serve, what: str, seconds: float, enabled: bool) -> None:
+        self.what = what
+        self.spies: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
+        if not enabled:
+            return
+        spy = Path(sys.executable).with_name("py-spy")
+        if not spy.exists():
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+        for pid in tree(serve.proc.pid):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            name = "refresh worker" if "spawn_main" in argv else "serve" if pid == serve.proc.pid else None
+            if name is None:
+                continue  # the resource tracker, Slurm commands of the moment
+            out = serve.log_path.with_name(f"profile-{len(PROFILES)}-{pid}.txt")
+            self.spies.append((name, out, subprocess.Popen(  # noqa: S603
+                [str(spy), "record", "--nonblocking", "-r", "97", "-d", str(int(seconds) + 1), "-f", "raw",
+                 "-o", str(out), "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+
+    def __enter__(self) -> Profile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.spies:
+            return
+        raws: dict[str, str] = {}
+        for name, out, proc in self.spies:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if out.exists():
+                raws[name] = out.read_text(errors="replace")
+        if raws:
+            PROFILES.append(summarise_profile(self.what, raws))
+
+
+def summarise_profile(what: str, raws: dict[str, str], top: int = 8) -> str:
+    """Per process: the functions at the top of the stack most often (self), and slurmtower's
+    own functions anywhere on it (inclusive), as shares of the process's samples."""
+    def fn(frame: str) -> str:
+        name, _, where = frame.partition(" (")
+        return f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})" if where else name
+
+    out = [f"**{what}**", ""]
+    for name, raw in raws.items():
+        total, own, incl = 0, dict[str, int](), dict[str, int]()
+        for line in raw.splitlines():
+            stack, _, n = line.rpartition(" ")
+            if not stack or not n.isdigit():
+                continue
+            frames = [f for f in stack.split(";") if " (" in f]
+            if not frames:
+                continue
+            total += int(n)
+            leaf = fn(frames[-1])
+            own[leaf] = own.get(leaf, 0) + int(n)
+            for f in {fn(f) for f in frames if "slurmtower/" in f}:
+                incl[f] = incl.get(f, 0) + int(n)
+        if not total:
+            out.append(f"- {name}: no samples (idle)")
+            continue
+        out.append(f"- {name}: {total:,} samples (97/s, non-idle threads)")
+        out.append("  - self: " + "; ".join(
+            f"{k} {100 * v / total:.0f} %" for k, v in sorted(own.items(), key=lambda kv: -kv[1])[:top]))
+        out.append("  - inclusive (slurmtower): " + "; ".join(
+            f"{k} {100 * v / total:.0f} %" for k, v in sorted(incl.items(), key=lambda kv: -kv[1])[:top]))
+    return "\n".join(out) + "\n"
 
 
 # -- the drain ------------------------------------------------------------------------
@@ -653,7 +742,8 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
     with serving(cluster, state_dir, access_log=args.access_log) as serve:
         ready, first = serve.wait_ready(reader)
         col["start-up: /ready, first /queue 200 (s)"] = f"{ready:.2f}, {first:.2f}"
-        w = poll_window(serve, reader, env, args.window)
+        w = poll_window(serve, reader, env, args.window,
+                        f"{queue.jobs:,} jobs: one poller, {args.window:g} s" if args.profile else "")
         col["RSS of the service's processes (MiB, idle / peak)"] = f"{w['rss_mib']:.0f} / {w['rss_peak_mib']:.0f}"
         col["refresh CPU, one poller (% of a core)"] = f"{w['cpu_pct']:.1f}"
         col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
@@ -665,8 +755,9 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
             w["adapted"])
         for route in routes_for(cluster.node_count):
             log(f"  wrk {route.label} ...")
-            col[f"p99 {route.label}, {args.clients} clients"] = route_p99(serve, route, reader, args.clients,
-                                                                           args.duration)
+            col[f"p99 {route.label}, {args.clients} clients"] = route_p99(
+                serve, route, reader, args.clients, args.duration,
+                f"{queue.jobs:,} jobs: {route.label}, {args.clients} clients" if args.profile else "")
         # the full lists against slurmrestd (its /jobs past --rest-max-jobs would hold more
         # memory than the machine has: 8 GiB at 50,000 jobs)
         lists = [("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")]
@@ -764,6 +855,9 @@ def main() -> None:
     ap.add_argument("--submit-workers", type=int, default=4, help="parallel sbatch processes")
     ap.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
                     help="serve's access log (on by default, as users run it)")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy the service during the poller window and each route (below the table)")
+    ap.add_argument("--out", default="", help="results file name under bench/results/ (default: by date)")
     ap.add_argument("--stripped", action="store_true", help="an extra row: anonymous, sensor and archiver off")
     args = ap.parse_args()
     if args.quick:
@@ -856,10 +950,12 @@ def main() -> None:
                       f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} jobs/s; "
                       f"{queue.errors} failed.")
         text = table(columns, header)
+        if PROFILES:
+            text += "\n## Where the time goes (py-spy, --profile)\n\n" + "\n".join(PROFILES)
         print("\n" + text)
         RESULTS.mkdir(exist_ok=True)
         lab = f"-{args.nodes // 1000}k-nodes" if args.nodes != 5000 else ""
-        out = RESULTS / f"scale-{datetime.now(UTC):%Y-%m-%d}{lab}.md"
+        out = RESULTS / (args.out or f"scale-{datetime.now(UTC):%Y-%m-%d}{lab}.md")
         out.write_text(text)
         log(f"written to {out}")
 
