@@ -61,6 +61,8 @@ class LoadArchive:
     engine: Engine
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     """Who takes the samples (this process: the archiver role's leader)."""
+    cluster: str = ""
+    """Whose samples (the store's ``cluster`` column: ``''`` for the default cluster)."""
 
     def __post_init__(self) -> None:
         self.samples = schema.load_samples
@@ -78,15 +80,16 @@ class LoadArchive:
         self.create()
         with self.engine.begin() as conn:
             conn.execute(insert(self.samples).values(ts=sample.timestamp, holder=sample.archiver,
-                                                     sample=sample.model_dump_json()))
-            conn.execute(delete(self.samples).where(self.samples.c.ts < time.time() - retention_seconds))
+                                                     sample=sample.model_dump_json(), cluster=self.cluster))
+            conn.execute(delete(self.samples).where(self.samples.c.cluster == self.cluster,
+                                                    self.samples.c.ts < time.time() - retention_seconds))
 
     def window(self, start: float, end: float) -> list[LoadSample]:
         """Samples with ``start < ts <= end``, oldest first."""
         self.create()
         t = self.samples
         with self.engine.connect() as conn:
-            rows = conn.execute(select(t.c.sample).where(t.c.ts > start, t.c.ts <= end)
+            rows = conn.execute(select(t.c.sample).where(t.c.cluster == self.cluster, t.c.ts > start, t.c.ts <= end)
                                 .order_by(t.c.ts).limit(_MAX_SAMPLES)).scalars().all()
         return [LoadSample.model_validate(json.loads(r)) for r in rows]
 

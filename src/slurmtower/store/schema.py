@@ -107,6 +107,16 @@ def _now() -> datetime:
 
 metadata = MetaData()
 
+#: The longest cluster name (settings' CLUSTER_NAME) a ``cluster`` column holds.
+CLUSTER_KEY = 40
+
+
+def _cluster() -> Column[str]:
+    """Which cluster a row belongs to (revision 6): ``''`` for the deployment's default
+    cluster (and every row of a one-cluster deployment), the name for the others."""
+    return Column("cluster", String(CLUSTER_KEY), nullable=False, server_default="", default="")
+
+
 # -- the event store ----------------------------------------------------------------------
 
 events = Table(
@@ -118,15 +128,18 @@ events = Table(
     Column("source", String(32), nullable=False),
     Column("node", String(255), nullable=True),
     Column("payload", JSON(), nullable=False),
+    _cluster(),
     Index("ix_events_time", "time"),
     Index("ix_events_type_id", "type", "id"),
     Index("ix_events_node_id", "node", "id"),
+    Index("ix_events_cluster_id", "cluster", "id"),
     sqlite_autoincrement=True,
 )
 
 node_states = Table(
     "node_states",
     metadata,
+    Column("cluster", String(CLUSTER_KEY), primary_key=True, server_default="", default=""),
     Column("node", String(255), primary_key=True),
     Column("state", String(64), nullable=False),
     Column("flags", JSON(), nullable=False),
@@ -187,6 +200,7 @@ action_executions = Table(
     # and parameters it was first used with.
     Column("idempotency_key", String(255), nullable=True),
     Column("params_digest", String(64), nullable=True),
+    _cluster(),
     Index("ix_action_executions_key", "principal", "idempotency_key", unique=True),
     Index("ix_action_executions_started_at", "started_at"),
 )
@@ -206,8 +220,10 @@ action_audit = Table(
     Column("after", JSON, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("message", Text, nullable=False, default=""),
+    _cluster(),
     Index("ix_action_audit_who", "who"),
     Index("ix_action_audit_action", "action"),
+    Index("ix_action_audit_cluster_seq", "cluster", "seq"),
 )
 
 # -- the load archive ---------------------------------------------------------------------
@@ -219,6 +235,7 @@ load_samples = Table(
     Column("ts", Float, nullable=False),
     Column("holder", String(200), nullable=False),
     Column("sample", Text, nullable=False),
+    _cluster(),
     Index("ix_load_samples_ts", "ts"),
     sqlite_autoincrement=True,
 )
@@ -257,6 +274,7 @@ login_failures = Table(
 node_holds = Table(
     "node_holds",
     metadata,
+    Column("cluster", String(CLUSTER_KEY), primary_key=True, server_default="", default=""),
     Column("node", String(255), primary_key=True),
     # slurmtower:alice@cli (who@via, as owner tags name it), or user:root for a hold made
     # outside slurmtower that slurmtower kept when it added its own.
