@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Literal, get_args
 
@@ -35,6 +36,7 @@ __all__ = [
     "Role",
     "hash_token",
     "new_token",
+    "role_on_cluster",
     "role_perm",
 ]
 
@@ -84,6 +86,21 @@ CSRF_HEADER = "x-slurmtower-request"
 def role_perm(role: str) -> Perm:
     """The permission ``role`` grants."""
     return ROLE_PERM.get(role, Perm.PUBLIC)
+
+
+def role_on_cluster(principal: Principal, roles: Mapping[str, str], max_role: str | None) -> Principal:
+    """``principal`` as one cluster sees it: the role that cluster gives its name
+    (``[[clusters]] roles``), else its deployment role capped at the cluster's ``max_role``
+    (an operator of the test cluster who only reads production). Anonymous stays anonymous.
+    """
+    if principal is ANONYMOUS or (not roles and max_role is None):
+        return principal
+    own = roles.get(principal.name)
+    if own is not None:
+        return principal if own == principal.role else replace(principal, role=own)
+    if max_role is not None and role_perm(max_role) < principal.perm:
+        return replace(principal, role=max_role)
+    return principal
 
 
 @dataclass(frozen=True)

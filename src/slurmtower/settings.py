@@ -30,6 +30,7 @@ __all__ = [
     "ApiSettings",
     "ArchiverSettings",
     "AuthSettings",
+    "ClusterSettings",
     "EventSettings",
     "ForwardTarget",
     "HookSettings",
@@ -471,9 +472,54 @@ class AuthSettings(_Section):
                                   key=key)
 
 
+#: What one entry of ``[[clusters]]`` may set of its own, beside its name: the sections that
+#: say how to reach its Slurm and its accounting, its sensor, its breakers, and the ``api``
+#: keys of its snapshot refresh and what it hides. Everything else (the listener, auth, the
+#: store, hooks) is the deployment's, one for every cluster.
+CLUSTER_SECTIONS = ("slurm", "accounting", "events", "actions", "archiver")
+CLUSTER_API_KEYS = frozenset({
+    "hidden_partitions", "private_job_fields", "refresh_interval", "refresh_cpu_share",
+    "refresh_controller_share", "refresh_ahead", "max_refresh_interval", "slurm_wait", "serve_stale",
+    "refresh_in_subprocess", "keep_snapshots_interval"})
+#: A cluster's name as Slurm spells ClusterName (lower case, a URL path segment as it is).
+CLUSTER_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+
+
+class ClusterSettings(_Section):
+    """One entry of ``[[clusters]]``: a cluster this deployment serves.
+
+    Its sections are merged over the top-level ones (``[slurm]``, ``[accounting]`` ... are the
+    defaults of every cluster); :meth:`Settings.for_cluster` gives the settings the cluster's
+    services run with. Checked when the file is loaded: an unknown key names its entry.
+    """
+
+    name: str = Field(pattern=CLUSTER_NAME)
+    """The cluster's name in slurmtower's URLs (``/clusters/{name}/queue``), events and audit;
+    its Slurm ClusterName and accounting cluster unless ``accounting.cluster`` says otherwise."""
+    default: bool = False
+    """Routes without a cluster answer for this one (default: the first entry)."""
+    label: str | None = Field(default=None, max_length=100)
+    slurm: dict[str, Any] = Field(default_factory=dict)
+    accounting: dict[str, Any] = Field(default_factory=dict)
+    events: dict[str, Any] = Field(default_factory=dict)
+    actions: dict[str, Any] = Field(default_factory=dict)
+    archiver: dict[str, Any] = Field(default_factory=dict)
+    api: dict[str, Any] = Field(default_factory=dict)
+    """Only the keys of :data:`CLUSTER_API_KEYS` (refresh and hidden partitions)."""
+    roles: dict[str, Role] = Field(default_factory=dict, max_length=1000)
+    """Roles on this cluster by principal name (a token's name, a person's login): a person
+    who is an operator here and a reader elsewhere. It replaces the deployment role here."""
+    max_role: Role | None = None
+    """The highest role anyone not in ``roles`` has here (``reader``: the deployment's
+    operators and admins only read this cluster). ``None``: their deployment role."""
+
+
 class Settings(_Section):
     cluster_name: str | None = None
     """The Slurm cluster name (default: read from Slurm's config)."""
+    clusters: list[ClusterSettings] = Field(default_factory=list, max_length=64)
+    """Several clusters behind one tower (``[[clusters]]``); none: the one cluster the
+    top-level sections describe, as before."""
     state_dir: Path = DEFAULT_STATE_DIR
     store_url: SecretStr | None = None
     """slurmtower's own store (events, audit, archive). Default: sqlite under state_dir."""
@@ -490,6 +536,83 @@ class Settings(_Section):
     @classmethod
     def _abs(cls, v: Path) -> Path:
         return v.expanduser()
+
+    def cluster_names(self) -> list[str]:
+        """The clusters served, the default first (one name, ``cluster_name`` or ``default``,
+        without ``[[clusters]]``)."""
+        if not self.clusters:
+            return [self.cluster_name or "default"]
+        first = next((c for c in self.clusters if c.default), self.clusters[0])
+        return [first.name, *(c.name for c in self.clusters if c is not first)]
+
+    def for_cluster(self, name: str) -> Settings:
+        """The settings ``name``'s services run with: the top-level sections with the cluster's
+        own merged over them, its name as ``cluster_name``, one store for every cluster, and its
+        own state (snapshots, the sensor's key and program) under ``state_dir/clusters/<name>``
+        (the default cluster keeps ``state_dir``, so one cluster's files stay where they were).
+
+        Raises :class:`ConfigError` naming the entry's bad key.
+        """
+        if not self.clusters:
+            return self
+        entry = next((c for c in self.clusters if c.name == name), None)
+        if entry is None:
+            raise ConfigError(f"no cluster {name!r} (clusters: {', '.join(self.cluster_names())})",
+                              key="clusters")
+        index = self.clusters.index(entry)
+        base = self.model_dump(exclude={"clusters"})
+        # the secrets as values (model_dump keeps SecretStr objects; validation takes them back)
+        over: dict[str, Any] = {section: getattr(entry, section) for section in CLUSTER_SECTIONS}
+        bad = sorted(set(entry.api) - CLUSTER_API_KEYS)
+        if bad:
+            raise ConfigError(f"clusters[{index}].api.{bad[0]} is the deployment's, not a cluster's "
+                              f"(a cluster may set: {', '.join(sorted(CLUSTER_API_KEYS))})",
+                              key=f"clusters.{index}.api.{bad[0]}")
+        over["api"] = entry.api
+        over["cluster_name"] = entry.name
+        over["store_url"] = SecretStr(self.effective_store_url())
+        if name != self.cluster_names()[0]:
+            state = self.state_dir / "clusters" / entry.name
+            over["state_dir"] = state
+            if "key_file" not in entry.events:
+                over["events"] = {**entry.events, "key_file": state / "sensor.key"}
+        try:
+            derived = Settings.model_validate(_merge(base, over))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            what = "unknown key" if err["type"] == "extra_forbidden" else f"invalid value ({err['msg']})"
+            raise ConfigError(f"clusters[{index}] ({entry.name}): {what} {loc!r}",
+                              key=f"clusters.{index}.{loc}") from exc
+        object.__setattr__(derived, "_sources", getattr(self, "_sources", {}))
+        object.__setattr__(derived, "_path", getattr(self, "_path", None))
+        object.__setattr__(derived, "_deployment", self)
+        return derived
+
+    def cluster_key(self) -> str:
+        """What the store's ``cluster`` column holds for this cluster's rows: ``''`` for the
+        deployment's default cluster (a one-cluster deployment's rows never change), its name
+        for the others."""
+        deployment = self.deployment()
+        if not deployment.clusters or self.cluster_name == deployment.cluster_names()[0]:
+            return ""
+        return self.cluster_name or ""
+
+    def cluster_label(self) -> str | None:
+        """The cluster's name as records show it; ``None`` in a one-cluster deployment."""
+        return self.cluster_name if self.deployment().clusters else None
+
+    def store_cluster(self) -> dict[str, Any]:
+        """The keyword arguments of a store scoped to this cluster (``ActionStore``)."""
+        return {"cluster": self.cluster_key(), "cluster_name": self.cluster_label()}
+
+    def cluster_entry(self) -> ClusterSettings | None:
+        """This cluster's ``[[clusters]]`` entry (``None`` in a one-cluster deployment)."""
+        return next((c for c in self.deployment().clusters if c.name == self.cluster_name), None)
+
+    def deployment(self) -> Settings:
+        """The settings as loaded, every cluster in them (``self`` for a one-cluster file)."""
+        return getattr(self, "_deployment", self)
 
     def effective_store_url(self) -> str:
         if self.store_url is not None:
@@ -598,7 +721,37 @@ def load_settings(path: str | Path | None = None, environ: dict[str, str] | None
     settings.auth.check()
     object.__setattr__(settings, "_sources", _sources(file_data, env_data))
     object.__setattr__(settings, "_path", str(cfg_path) if cfg_path else None)
+    _check_clusters(settings)
     return settings
+
+
+def _check_clusters(settings: Settings) -> None:
+    """Refuse a ``[[clusters]]`` list that cannot run: names twice, two defaults, an entry
+    whose merged settings do not validate, two clusters on one slurm.conf or callback port."""
+    seen: set[str] = set()
+    for i, entry in enumerate(settings.clusters):
+        if entry.name in seen:
+            raise ConfigError(f"clusters[{i}]: cluster {entry.name!r} listed twice", key=f"clusters.{i}.name")
+        seen.add(entry.name)
+    defaults = [c.name for c in settings.clusters if c.default]
+    if len(defaults) > 1:
+        raise ConfigError(f"clusters: more than one default ({', '.join(defaults)})", key="clusters")
+    confs: dict[str, str] = {}
+    ports: dict[int, str] = {}
+    for i, name in enumerate(settings.cluster_names() if settings.clusters else []):
+        derived = settings.for_cluster(name)
+        where = (f"{derived.slurm.backend}:{derived.slurm.rest_url}" if derived.slurm.backend == "rest"
+                 else str(derived.slurm.slurm_conf or "(default slurm.conf)"))
+        if where in confs:
+            raise ConfigError(f"clusters {confs[where]!r} and {name!r} reach the same Slurm ({where})",
+                              key=f"clusters.{i}.slurm")
+        confs[where] = name
+        port = derived.events.callback_port
+        if port is not None and derived.events.sensor_enabled:
+            if port in ports:
+                raise ConfigError(f"clusters {ports[port]!r} and {name!r} share the sensor's callback port {port}",
+                                  key=f"clusters.{i}.events.callback_port")
+            ports[port] = name
 
 
 def describe(settings: Settings) -> list[tuple[str, str, str]]:

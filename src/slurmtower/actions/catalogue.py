@@ -121,8 +121,10 @@ def _check_key(key: str) -> None:
                            param="idempotency_key")
 
 
-def _params_digest(name: str, used: dict[str, Any]) -> str:
-    canonical = json.dumps({"action": name, "parameters": used}, sort_keys=True, separators=(",", ":"), default=str)
+def _params_digest(name: str, used: dict[str, Any], cluster: str = "") -> str:
+    # The cluster only when it is not the default's: a key's digest stays what it was.
+    what: dict[str, Any] = {"action": name, "parameters": used, **({"cluster": cluster} if cluster else {})}
+    canonical = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -194,7 +196,7 @@ class Catalogue:
         def open_store() -> ActionStore:
             from slurmtower.actions.store import ActionStore  # deferred: SQLAlchemy, first record only
 
-            return ActionStore(settings.effective_store_url())
+            return ActionStore(settings.effective_store_url(), **settings.store_cluster())
 
         return cls(client, store or open_store, accounting=accounting, settings=settings)
 
@@ -306,7 +308,7 @@ class Catalogue:
         except SlurmtowerError as exc:
             return self._failed(spec, execution_id, started, used, run, exc, intent=False)
         if spec.mutating:
-            digest = _params_digest(name, used)
+            digest = _params_digest(name, used, self.settings.cluster_key() if self.settings is not None else "")
             if idempotency_key is not None:
                 replayed = self._replay(principal, idempotency_key, digest)
                 if replayed is not None:

@@ -78,3 +78,5 @@ class AuditRecord(BaseModel):
     after: dict[str, Any] = Field(default_factory=dict)
     outcome: AuditOutcome
     message: str = ""
+    cluster: str | None = None
+    """The cluster acted on (its name; ``None`` in a one-cluster deployment)."""

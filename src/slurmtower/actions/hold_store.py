@@ -40,13 +40,15 @@ def _now() -> datetime:
 class HoldStore:
     """The ``node_holds`` table of slurmtower's store (the action store's engine)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, cluster: str = "") -> None:
         self.engine = engine
+        #: The cluster whose holds these are (the ``cluster`` column: ``''`` for the default).
+        self.cluster = cluster
 
     # -- reading ------------------------------------------------------------------------
     def rows(self, names: Collection[str] | None = None) -> dict[str, dict[str, Hold]]:
         """The stored holds, by node and holder (of ``names`` only, when given)."""
-        stmt = select(_table)
+        stmt = select(_table).where(_table.c.cluster == self.cluster)
         if names is not None:
             if not names:
                 return {}
@@ -71,7 +73,8 @@ class HoldStore:
         with _guard("read the held nodes"), self.engine.connect() as conn:
             conn.execution_options(**READ_ONLY)
             with conn.begin():
-                return set(conn.execute(select(_table.c.node).distinct()).scalars())
+                return set(conn.execute(select(_table.c.node).where(_table.c.cluster == self.cluster)
+                                        .distinct()).scalars())
 
     # -- writing ------------------------------------------------------------------------
     def replace(self, holds: Mapping[str, Sequence[Hold]], *, now: datetime | None = None) -> None:
@@ -80,12 +83,13 @@ class HoldStore:
             return
         at = now or _now()
         names = sorted(holds)
-        rows = [{"node": h.node, "holder": h.holder, "state": h.state, "reason": h.reason,
+        rows = [{"cluster": self.cluster, "node": h.node, "holder": h.holder, "state": h.state, "reason": h.reason,
                  "since": h.since or at, "execution_id": h.execution_id, "updated_at": at}
                 for name in names for h in holds[name]]
         with self.engine.begin() as conn:
             for start in range(0, len(names), _IN_LIMIT):
-                conn.execute(delete(_table).where(_table.c.node.in_(names[start:start + _IN_LIMIT])))
+                conn.execute(delete(_table).where(_table.c.cluster == self.cluster,
+                                                  _table.c.node.in_(names[start:start + _IN_LIMIT])))
             if rows:
                 conn.execute(insert(_table), rows)
 
@@ -100,7 +104,8 @@ class HoldStore:
             for start in range(0, len(pairs), _IN_LIMIT):
                 chunk = pairs[start:start + _IN_LIMIT]
                 cond = or_(*(and_(_table.c.node == n, _table.c.holder == h) for n, h in chunk))
-                result = conn.execute(delete(_table).where(cond, _table.c.updated_at < read_at))
+                result = conn.execute(delete(_table).where(_table.c.cluster == self.cluster, cond,
+                                                           _table.c.updated_at < read_at))
                 gone += int(result.rowcount or 0)
         return gone
 

@@ -215,8 +215,8 @@ class Maintenance:
         """Maintenance through ``catalogue`` on the settings' event store (closed by :meth:`close`)."""
         from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, maintenance only
 
-        return cls(catalogue, EventStore(settings.effective_store_url()), state_dir=settings.state_dir, close=True,
-                   close_catalogue=False)
+        events = EventStore(settings.effective_store_url()).scoped(settings.cluster_key())
+        return cls(catalogue, events, state_dir=settings.state_dir, close=True, close_catalogue=False)
 
     def close(self) -> None:
         if self._close_catalogue:
@@ -235,7 +235,7 @@ class Maintenance:
     def runs(self) -> dict[str, RunState]:
         """Every run of the horizon, rebuilt from its events (oldest first)."""
         # the newest 10,000 steps (the store's page limit), oldest first
-        found = self.events.query(types=list(TYPES), start=datetime.now(UTC) - HORIZON, limit=10_000,
+        found = self.events.query(types=list(TYPES), start=datetime.now(UTC) - HORIZON, limit=10_000, own=True,
                                   descending=True)[::-1]
         runs: dict[str, RunState] = {}
         for ev in found:

@@ -80,7 +80,7 @@ class Run:
             return None
         from slurmtower.actions.hold_store import HoldStore  # deferred: SQLAlchemy, first hold read only
 
-        return HoldStore(store.engine)
+        return HoldStore(store.engine, cluster=store.cluster)
 
     def visibility(self) -> Visibility:
         """The visibility policy (hidden partitions): applied where actions read Slurm."""
@@ -95,7 +95,7 @@ class Run:
         from slurmtower.events.store import EventStore  # deferred: SQLAlchemy, actions that record only
 
         try:
-            EventStore(store.engine, create=False).append(
+            EventStore(store.engine, create=False).scoped(store.cluster).append(
                 [Event(type=kind, time=datetime.now(UTC), source=self.via, node=node, payload=payload)])
         except Exception:  # the log says the event is missing
             log.exception("cannot record the event %s", kind)

@@ -26,6 +26,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
+from slurmtower.actions.hold_store import HoldStore
 from slurmtower.errors import Conflict, InvalidInput, KeyTaken, StoreError
 from slurmtower.store.engine import make_store_engine
 from slurmtower.store.revision import ensure_current
@@ -98,7 +99,12 @@ class ActionStore:
     of the slurmtower tree (503 / exit 69).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, cluster: str = "", cluster_name: str | None = None) -> None:
+        #: The ``cluster`` column of this store's rows: ``''`` for the deployment's default
+        #: cluster, a name for the others (``[[clusters]]``); ``cluster_name`` is what the
+        #: records read back say (``None`` in a one-cluster deployment).
+        self.cluster = cluster
+        self.cluster_name = cluster_name
         self.engine: Engine = make_store_engine(url)
         try:
             ensure_current(self.engine)
@@ -109,6 +115,10 @@ class ActionStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def holds(self) -> HoldStore:
+        """This cluster's drain holds, on this store's engine."""
+        return HoldStore(self.engine, cluster=self.cluster)
 
     def record_execution(self, envelope: Envelope, *, audit_record: dict[str, Any] | None = None) -> None:
         """Keep the envelope for ``GET /executions/{id}`` (and its audit record, in the same
@@ -123,6 +133,7 @@ class ActionStore:
             "started_at": envelope.start_time,
             "ended_at": envelope.end_time,
             "envelope": envelope.model_dump_json(),
+            "cluster": self.cluster,
         }
         try:
             with self.engine.begin() as conn:
@@ -154,7 +165,7 @@ class ActionStore:
         row = {
             "execution_id": execution_id, "action": action, "status": RUNNING, "principal": principal,
             "via": via, "dry_run": dry_run, "started_at": started_at, "ended_at": started_at, "envelope": "",
-            "idempotency_key": idempotency_key, "params_digest": params_digest,
+            "idempotency_key": idempotency_key, "params_digest": params_digest, "cluster": self.cluster,
         }
         try:
             with self.engine.begin() as conn:
@@ -261,8 +272,8 @@ class ActionStore:
             raise StoreError(f"cannot append to the audit log: {exc.__class__.__name__}") from exc
         return int(key[0]) if key else 0
 
-    @staticmethod
     def _audit_row(
+        self,
         *,
         execution_id: str,
         at: datetime,
@@ -288,6 +299,7 @@ class ActionStore:
             "after": _jsonable(after),
             "outcome": outcome,
             "message": message[:4000],
+            "cluster": self.cluster,
         }
 
     def jobs_acted_since(self, since: datetime, actions: Sequence[str]) -> tuple[int, dict[str, int]]:
@@ -295,7 +307,8 @@ class ActionStore:
         owner (their audit records' ``after.acted`` and ``after.acted_by_user``): what the job
         breaker counts."""
         stmt = (select(audit.c.after).where(audit.c.at >= since, audit.c.action.in_(list(actions)),
-                                            audit.c.outcome.in_(["succeeded", "partial"])))
+                                            audit.c.outcome.in_(["succeeded", "partial"]),
+                                            audit.c.cluster == self.cluster))
         try:
             with self.engine.connect() as conn:
                 rows = conn.execute(stmt).scalars().all()
@@ -320,10 +333,11 @@ class ActionStore:
         action: str | None = None,
         execution_id: str | None = None,
     ) -> list[AuditRecord]:
-        """Newest first; ``before`` is the ``seq`` of the last record of the previous page."""
+        """This cluster's records, newest first; ``before`` is the ``seq`` of the last record
+        of the previous page."""
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be between 1 and 1000", param="limit")
-        stmt = select(audit).order_by(audit.c.seq.desc()).limit(limit)
+        stmt = select(audit).where(audit.c.cluster == self.cluster).order_by(audit.c.seq.desc()).limit(limit)
         if before is not None:
             stmt = stmt.where(audit.c.seq < before)
         if who:
@@ -338,6 +352,6 @@ class ActionStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot read the audit log: {exc.__class__.__name__}") from exc
         return [
-            AuditRecord.model_validate({**dict(r), "at": _aware(r["at"])})
+            AuditRecord.model_validate({**dict(r), "at": _aware(r["at"]), "cluster": self.cluster_name})
             for r in rows
         ]

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app, load_settings
+from slurmtower.cli.app import app, cluster_settings
 from slurmtower.errors import InvalidInput
 
 __all__ = ["actions_app"]
@@ -17,6 +17,8 @@ __all__ = ["actions_app"]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
                                                 envvar="SLURMTOWER_CONFIG")]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="yaml or json (text too for listings).")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Which cluster of [[clusters]] (default: the "
+                                                "default cluster).")]
 
 actions_app = typer.Typer(help="List the actions and their parameters.", invoke_without_command=True)
 app.add_typer(actions_app, name="actions")
@@ -47,6 +49,7 @@ def run(
     output: Annotated[str, typer.Option("--output", "-o", help="yaml, json, or st2: the execution as the "
                                         "StackStorm slurm pack gives it, JSON (docs/stackstorm.md).")] = "yaml",
     config: ConfigOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Run one action and print its envelope; exit code 0 only on success."""
     from slurmtower.actions import Catalogue, cli_principal, parse_cli_params, st2  # deferred: CLI startup
@@ -54,7 +57,7 @@ def run(
     _check_output(output, ("yaml", "json", "st2"))
     given = parse_cli_params(params or [])
     parsed = st2.pack_params(action, given) if output == "st2" else given
-    catalogue = Catalogue.from_settings(load_settings(config))
+    catalogue = Catalogue.from_settings(cluster_settings(config, cluster))
     env = catalogue.execute(action, parsed, principal=cli_principal(), via="cli",
                             dry_run=True if dry_run else None, idempotency_key=idempotency_key)
     if output == "st2":
@@ -143,12 +146,14 @@ def audit(
     action: Annotated[str | None, typer.Option(help="Only this action.")] = None,
     output: OutputOpt = "text",
     config: ConfigOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
-    """List the audit log of mutating actions (who, what, parameters, outcome)."""
+    """List the audit log of mutating actions (who, what, parameters, outcome) of one cluster."""
     from slurmtower.actions import ActionStore  # deferred: CLI startup
 
     _check_output(output, ("text", "json", "yaml"))
-    store = ActionStore(load_settings(config).effective_store_url())
+    settings = cluster_settings(config, cluster)
+    store = ActionStore(settings.effective_store_url(), **settings.store_cluster())
     records = store.list_audit(limit=limit, before=before, who=who, action=action)
     if output != "text":
         typer.echo(_dump([r.model_dump(mode="json") for r in records], output))

@@ -47,6 +47,13 @@ def load_settings(path: str | Path | None = None) -> Settings:
     return load(path)
 
 
+def cluster_settings(path: str | Path | None, cluster: str | None) -> Settings:
+    """The settings of ``cluster`` (``--cluster``; the default cluster without it) of the
+    configuration at ``path``; a :class:`~slurmtower.errors.ConfigError` names an unknown one."""
+    settings = load_settings(path)
+    return settings.for_cluster(cluster or settings.cluster_names()[0])
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print one readable line on stderr and exit with ``code``."""
     typer.echo(f"slurmtower: error: {message}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -89,6 +90,26 @@ def status(root: DirOpt = DEFAULT_DIR,
 def env(root: DirOpt = DEFAULT_DIR) -> None:
     """Print shell exports: eval "$(slurmtower devcluster env)"."""
     typer.echo(_cluster(root, quiet=True).env_exports(), nl=False)
+
+
+@devcluster_app.command("clusters-config")
+def clusters_config(
+    dirs: Annotated[list[Path], typer.Argument(help="The clusters' --dir, the default cluster first.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the configuration (YAML, 0600).")],
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="The tower's state directory.")] = Path(
+        "/var/lib/slurmtower/clusters-demo"),
+) -> None:
+    """Write one tower's [[clusters]] configuration over running local clusters."""
+    from slurmtower.devcluster.several import write_clusters_config  # deferred: CLI startup
+
+    clusters = [_cluster(d, quiet=True) for d in dirs]
+    for c in clusters:
+        if not c.tower_conf.exists():
+            raise typer.BadParameter(f"{c.root} holds no cluster: run `slurmtower devcluster up --dir {c.root}` first")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o755)  # noqa: S103 - the sensor's notify program runs as SlurmUser from there
+    write_clusters_config(out, clusters, state_dir)
+    typer.echo(f"{out}: {', '.join(c.cluster_name for c in clusters)} (default {clusters[0].cluster_name})")
 
 
 @devcluster_app.command()

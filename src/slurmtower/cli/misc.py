@@ -52,6 +52,7 @@ def info(config: ConfigOpt = None,
     from slurmtower.slurm.info import cluster_info  # deferred: CLI startup
 
     settings = load_settings(config)
+    settings = settings.for_cluster(settings.cluster_names()[0])  # the default cluster's Slurm
     caps, warnings = cluster_info(settings, make_client(settings))
     for warning in warnings:
         typer.echo(f"slurmtower: warning: {warning}", err=True)

@@ -45,7 +45,7 @@ def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) ->
     given = {k: str(v) for k, v in params.items() if v is not None}
     query = parse_report(kind, given)
     services = Services.from_settings(settings)
-    policy = Visibility.from_settings(settings)
+    policy = Visibility.from_settings(services.settings)  # the default cluster's (hidden partitions)
     wanted = wanted_partitions(given) if kind == "availability" else ()
     partitions = policy.partitions(services.client.partitions()) if kind == "availability" else []
     report = run_report(services.reports(), query, Principal(name=getpass.getuser(), role=ADMIN, via="cli"),

@@ -116,6 +116,8 @@ def cloudevent(event: Event, *, source: str) -> dict[str, Any]:
     }
     if event.node is not None:
         doc["subject"] = event.node
+    if event.cluster is not None:
+        doc["slurmtowercluster"] = event.cluster  # several clusters: whose event (an extension attribute)
     return doc
 
 

@@ -185,13 +185,20 @@ class Sensor:
         self._refusals: dict[tuple[str, int], dict[str, Any]] = {}
         self._refusals_lock = threading.Lock()
 
+    def _deployment_name(self, name: str) -> str:
+        """``name`` in the store's deployment values for this sensor's cluster (the default
+        cluster's as before; ``sensor_uuid@gpu`` for another): a sensor, its UUID and its
+        callback key per cluster."""
+        key = self.settings.cluster_key()
+        return f"{name}@{key}" if key else name
+
     @property
     def uuid(self) -> str:
         """The deployment's sensor UUID: one for every process on this store (any of them
         accepts a callback), kept in the store so it survives restarts and failovers."""
         if self._uuid is None:
-            value = deployment_value(self.store.engine, "sensor_uuid", lambda: str(uuid.uuid4()),
-                                     schema=self.store.schema)
+            value = deployment_value(self.store.engine, self._deployment_name("sensor_uuid"),
+                                     lambda: str(uuid.uuid4()), schema=self.store.schema)
             assert value is not None
             self._uuid = value
         return self._uuid
@@ -228,7 +235,8 @@ class Sensor:
             generate_key(self.key_file, owner=owner)
             return load_key(self.key_file).decode()
 
-        key = deployment_value(self.store.engine, "sensor_key", from_file, schema=self.store.schema)
+        key = deployment_value(self.store.engine, self._deployment_name("sensor_key"), from_file,
+                               schema=self.store.schema)
         assert key is not None
         try:
             current = load_key(self.key_file).decode()

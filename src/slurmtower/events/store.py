@@ -25,6 +25,7 @@ slurmtower's *own* store (never slurmdbd's), defined in :mod:`slurmtower.store.s
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -107,8 +108,14 @@ class EventStore:
     """
 
     def __init__(
-        self, url: str | Engine = "sqlite://", *, schema: str | None = None, create: bool = True
+        self, url: str | Engine = "sqlite://", *, schema: str | None = None, create: bool = True,
+        default_cluster: str | None = None,
     ) -> None:
+        #: The ``cluster`` column this store writes and whose node states it keeps: ``''`` for
+        #: the deployment's default cluster, a name for the others (:meth:`scoped`).
+        self.cluster = ""
+        #: The default cluster's name as events read back show it (``None``: one cluster).
+        self.default_cluster = default_cluster
         self._base_engine = url if isinstance(url, Engine) else make_store_engine(url)
         self._schema = schema
         self._engine = self._base_engine.execution_options(**_schema.schema_options(schema))
@@ -120,6 +127,24 @@ class EventStore:
         self._lock: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if create:
             ensure_current(self._base_engine, schema=schema)
+
+    def scoped(self, cluster: str) -> EventStore:
+        """This store (its engine, tables and lock) writing for cluster ``cluster`` (its
+        :meth:`~slurmtower.settings.Settings.cluster_key`): its events carry it, its node
+        states are that cluster's."""
+        if cluster == self.cluster:
+            return self
+        other = copy.copy(self)
+        other.cluster = cluster
+        return other
+
+    def cursor_name(self, name: str) -> str:
+        """A cursor of this store's cluster (``rules`` for the default, ``rules@gpu`` ...)."""
+        return f"{name}@{self.cluster}" if self.cluster else name
+
+    def cluster_key(self, name: str | None) -> str:
+        """The ``cluster`` column for cluster ``name`` (``''`` for the default cluster)."""
+        return "" if name is None or self.default_cluster is None or name == self.default_cluster else name
 
     @property
     def engine(self) -> Engine:
@@ -199,12 +224,13 @@ class EventStore:
         for ev in batch:
             result = conn.execute(
                 insert(self._t.events).values(
-                    type=ev.type, time=ev.time, source=ev.source, node=ev.node, payload=ev.payload
+                    type=ev.type, time=ev.time, source=ev.source, node=ev.node, payload=ev.payload,
+                    cluster=self.cluster if ev.cluster is None else self.cluster_key(ev.cluster),
                 )
             )
             pk = result.inserted_primary_key
             assert pk is not None
-            stored.append(ev.with_id(int(pk[0])))
+            stored.append(ev.model_copy(update={"id": int(pk[0]), "cluster": ev.cluster or self._name(self.cluster)}))
         if stored and conn.dialect.name == "postgresql":
             # Every process's event feed LISTENs: delivered at commit, with the rows.
             conn.execute(text("SELECT pg_notify(:channel, :last)"),
@@ -252,7 +278,8 @@ class EventStore:
             if not partial:
                 gone = set(previous) - set(current)
                 if gone:
-                    conn.execute(delete(self._t.node_states).where(self._t.node_states.c.node.in_(gone)))
+                    conn.execute(delete(self._t.node_states).where(self._t.node_states.c.cluster == self.cluster,
+                                                                   self._t.node_states.c.node.in_(gone)))
         return stored
 
     def get(self, event_id: int) -> Event:
@@ -274,6 +301,8 @@ class EventStore:
         end: datetime | None = None,
         limit: int = 1000,
         descending: bool = False,
+        cluster: str | None = None,
+        own: bool = False,
     ) -> list[Event]:
         """Events matching all given filters, by id (oldest first unless ``descending``).
 
@@ -284,6 +313,8 @@ class EventStore:
             node: only events about this node.
             start, end: ``start <= time < end`` (timezone-aware).
             limit: at most this many events (1 .. ``MAX_QUERY_LIMIT``).
+            cluster: only events of this cluster (its name; ``None``: every cluster's).
+            own: only the events of this store's cluster (:meth:`scoped`): what its rules see.
 
         Raises :class:`InvalidInput` for a bad limit or naive datetimes.
         """
@@ -302,6 +333,10 @@ class EventStore:
             stmt = stmt.where(t.c.type.in_(list(types)))
         if node is not None:
             stmt = stmt.where(t.c.node == node)
+        if cluster is not None:
+            stmt = stmt.where(t.c.cluster == self.cluster_key(cluster))
+        elif own and (self.cluster or self.default_cluster is not None):
+            stmt = stmt.where(t.c.cluster == self.cluster)
         if start is not None:
             stmt = stmt.where(t.c.time >= start)
         if end is not None:
@@ -317,8 +352,11 @@ class EventStore:
             value = conn.execute(select(func.max(self._t.events.c.id))).scalar()
         return None if value is None else int(value)
 
-    @staticmethod
-    def _event(row: RowMapping) -> Event:
+    def _name(self, key: str) -> str | None:
+        """The cluster name a row's ``cluster`` column stands for (``None``: one cluster)."""
+        return key or self.default_cluster
+
+    def _event(self, row: RowMapping) -> Event:
         return Event(
             id=int(row["id"]),
             type=row["type"],
@@ -326,6 +364,7 @@ class EventStore:
             source=row["source"],
             node=row["node"],
             payload=row["payload"],
+            cluster=self._name(row["cluster"]),
         )
 
     def purge(self, older_than: datetime | timedelta, *, now: datetime | None = None) -> PurgeResult:
@@ -354,7 +393,7 @@ class EventStore:
             return self._read_states(conn)
 
     def _read_states(self, conn: Connection) -> dict[str, NodeSnapshot]:
-        rows = conn.execute(select(self._t.node_states)).all()
+        rows = conn.execute(select(self._t.node_states).where(self._t.node_states.c.cluster == self.cluster)).all()
         return {
             r.node: NodeSnapshot(
                 state=r.state,
@@ -391,13 +430,14 @@ class EventStore:
     ) -> None:
         t = self._t.node_states
         when = observed_at or _now()
+        mine = t.c.cluster == self.cluster
         if replace:
             keep = [n for n, s in states.items() if s is not None]
-            conn.execute(delete(t).where(t.c.node.not_in(keep)) if keep else delete(t))
-        existing = set(conn.execute(select(t.c.node)).scalars())
+            conn.execute(delete(t).where(mine, t.c.node.not_in(keep)) if keep else delete(t).where(mine))
+        existing = set(conn.execute(select(t.c.node).where(mine)).scalars())
         for name, snap in states.items():
             if snap is None:
-                conn.execute(delete(t).where(t.c.node == name))
+                conn.execute(delete(t).where(mine, t.c.node == name))
                 continue
             values = {
                 "state": snap.state,
@@ -407,9 +447,9 @@ class EventStore:
                 "observed_at": when,
             }
             if name in existing:
-                conn.execute(update(t).where(t.c.node == name).values(**values))
+                conn.execute(update(t).where(mine, t.c.node == name).values(**values))
             else:
-                conn.execute(insert(t).values(node=name, **values))
+                conn.execute(insert(t).values(cluster=self.cluster, node=name, **values))
 
     # -- nonces -------------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ class Event(BaseModel):
     source: str = Field(min_length=1, max_length=32)
     node: str | None = Field(default=None, max_length=255)
     payload: dict[str, Any] = Field(default_factory=dict)
+    cluster: str | None = Field(default=None, max_length=40)
+    """The cluster it happened on (``[[clusters]]``); ``None`` in a one-cluster deployment."""
 
     @field_validator("time")
     @classmethod
@@ -90,6 +92,7 @@ class Event(BaseModel):
             "time": self.time.isoformat(),
             "source": self.source,
             "node": self.node,
+            "cluster": self.cluster,
         }
 
 

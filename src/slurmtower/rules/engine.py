@@ -115,9 +115,11 @@ class RuleEngine:
     def process_pending(self, *, cursor: str = DEFAULT_CURSOR, batch: int = 500) -> list[RuleRun]:
         """Process the events logged since ``cursor`` (a name in the store), advancing it."""
         runs: list[RuleRun] = []
+        # Each cluster's rules run on its own events, through its own catalogue.
+        cursor = self._store.cursor_name(cursor)
         last = self._store.get_cursor(cursor)
         while True:
-            events = self._store.query(since_id=last, limit=batch)
+            events = self._store.query(since_id=last, limit=batch, own=True)
             for ev in events:
                 runs.extend(self.process(ev))
                 assert ev.id is not None

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
 from slurmtower.accounting import AccountingDB
+from slurmtower.errors import ConfigError
 from slurmtower.events.feed import EventFeed
 from slurmtower.events.store import EventStore
 from slurmtower.live import malloc
@@ -24,7 +25,9 @@ from slurmtower.runtime.sensor import LazyDispatcher, build_sensor
 from slurmtower.runtime.services import Services
 from slurmtower.runtime.tasks import periodic_tasks
 from slurmtower.settings import Settings
+from slurmtower.slurm import make_client
 from slurmtower.slurm.observe import slurm_call_observer
+from slurmtower.store.deployment import deployment_value
 
 __all__ = ["PARTS", "assemble", "build_services", "running", "start", "stop"]
 
@@ -32,6 +35,13 @@ __all__ = ["PARTS", "assemble", "build_services", "running", "start", "stop"]
 #: (slurmdbd's database), the load archive, the event log with the sensor and its rules,
 #: the event store alone (alert hooks), the action catalogue (and its periodic work).
 PARTS = frozenset({"live", "accounting", "archive", "events", "event-store", "actions"})
+#: What each of a deployment's other clusters runs in a process (the default cluster runs the
+#: process's parts): its snapshots, its accounting reads, its catalogue.
+CLUSTER_PARTS = frozenset({"live", "accounting", "actions", "events", "archive"})
+#: Of a cluster's periodic work, what runs for each cluster (the rest runs once per process:
+#: the event feed and the forwarders read every cluster's events).
+_PER_CLUSTER_TASKS = ("shared-snapshot", "snapshot-keeper", "sensor", "callback-refusals", "load-archiver",
+                      "maintenance")
 
 
 def build_services(settings: Settings, parts: Collection[str] = PARTS) -> Services:
@@ -58,32 +68,92 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
         services.accounting = AccountingDB.from_settings(settings)
     if ("events" in parts or "event-store" in parts) and services.event_store is None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-        services.event_store = EventStore(settings.effective_store_url())
+        # Events read back name their cluster once several are served (the default's rows
+        # carry none: ``cluster = ''``).
+        services.event_store = EventStore(
+            settings.effective_store_url(),
+            default_cluster=services.name_or_default() if settings.deployment().clusters else None)
     if "events" in parts and services.event_store is not None:
         if services.sensor is None:
             # Rules act through the process's one catalogue (its store, its accounting reader),
             # built lazily: a sensor without rules never builds it.
             dispatcher = LazyDispatcher(services) if settings.events.rules_dir is not None else None
             services.sensor = build_sensor(settings, services.client, services.event_store, dispatcher=dispatcher)
-        services.sensor.leading = lambda: services.leads("sensor")
+        role = services.role_name("sensor")
+        services.sensor.leading = lambda: services.leads(role)
         if services.event_feed is None:
             services.event_feed = EventFeed(services.event_store)
     if "actions" in parts:
         services.action_catalogue()
     if "archive" in parts and services.load_archive is None:
-        services.load_archive = LoadArchive(engine=services.store_engine())
+        services.load_archive = LoadArchive(engine=services.store_engine(), cluster=settings.cluster_key())
     known = {task.name for task in services.background}
     services.background.extend(t for t in periodic_tasks(services, parts) if t.name not in known)
+    _assemble_clusters(services, parts)
     return services
+
+
+def _assemble_clusters(services: Services, parts: Collection[str]) -> None:
+    """The services of the deployment's other clusters: each its own client, snapshots and
+    refresh worker, accounting reader and catalogue (their audit in the one store); the event
+    store, metrics and elections are the default cluster's. Their snapshot tasks join the
+    process's list, named ``<task>@<cluster>``."""
+    wanted = set(parts) & CLUSTER_PARTS
+    if not wanted or services.name_or_default() != services.cluster_names()[0]:
+        return  # nothing per cluster, or these are one of the other clusters' own
+    deployment = services.settings.deployment()
+    for name in services.cluster_names()[1:]:
+        child = services.clusters.get(name)
+        if child is None:
+            settings = deployment.for_cluster(name)
+            child = Services(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
+                             client_from_settings=True, name=name, parent=services)
+            services.clusters[name] = child
+        child.metrics, child.authenticate_other, child.event_feed, child.sensor_external = (
+            services.metrics, services.authenticate_other, services.event_feed, services.sensor_external)
+        if services.event_store is not None:
+            child.event_store = services.event_store.scoped(child.settings.cluster_key())
+        child.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        assemble(child, wanted)
+        known = {task.name for task in services.background}
+        for task in child.background:
+            if task.name in _PER_CLUSTER_TASKS and f"{task.name}@{name}" not in known:
+                task.name = f"{task.name}@{name}"
+                services.background.append(task)
+        child.background.clear()
+
+
+def check_default_cluster(services: Services) -> None:
+    """The store's rows of the default cluster carry no name (``cluster = ''``): refuse to
+    serve them as another cluster's. The first start that knows the default cluster's name
+    records it in the store (``deployment.default_cluster``); a later one with another
+    default is a :class:`ConfigError` naming both.
+    """
+    name = services.name_or_default()
+    if services.event_store is None or (not services.clusters and not services.settings.cluster_name):
+        return  # no store opened here, or a one-cluster deployment that does not know its name
+    recorded = deployment_value(services.event_store.engine, "default_cluster", lambda: name,
+                                schema=services.event_store.schema)
+    if recorded != name:
+        raise ConfigError(f"the store's default cluster is {recorded!r}, the settings' is {name!r}: its rows "
+                          f"without a cluster are {recorded!r}'s. List {recorded!r} first in [[clusters]] (or "
+                          f"give it default = true)", key="clusters")
 
 
 async def start(services: Services) -> None:
     """Start the refresh worker (when configured), join the shared snapshot, and start the
     periodic work (elections included)."""
+    await asyncio.to_thread(check_default_cluster, services)
+    malloc.tune()  # before the rounds' threads make their arenas
+    for each in services.every_cluster():
+        await _start_snapshots(each)
+    await services.start_background()
+
+
+async def _start_snapshots(services: Services) -> None:
     settings = services.settings
     cache = services.snapshots
     if cache is not None:
-        malloc.tune()  # before the rounds' threads make their arenas
         # Only when the client is the one the settings make: the worker builds its own twin.
         if settings.api.refresh_in_subprocess and services.client_from_settings and cache.worker is None:
             worker = RefreshWorker(settings, report=slurm_call_observer,
@@ -97,7 +167,6 @@ async def start(services: Services) -> None:
             # of each, started now, reads Slurm.
             for resource in await asyncio.to_thread(services.keeper.restore):
                 cache.kick(resource)
-    await services.start_background()
 
 
 async def stop(services: Services) -> None:
@@ -105,6 +174,11 @@ async def stop(services: Services) -> None:
     await services.stop_background()
     if services.metrics is not None:
         services.metrics.close()
+    for each in services.every_cluster():
+        await _close_cluster(each)
+
+
+async def _close_cluster(services: Services) -> None:
     if services.catalogue is not None:
         services.catalogue.close()
     db = services.accounting

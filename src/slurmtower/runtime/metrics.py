@@ -143,6 +143,47 @@ class _ClusterCollector:
             yield runs
 
 
+#: Families of the deployment, not of one cluster: never labelled by cluster.
+_DEPLOYMENT_FAMILIES = frozenset({"slurmtower_events", "slurmtower_rule_runs"})
+
+
+class _ClustersCollector:
+    """Every cluster's gauges: one :class:`_ClusterCollector` per cluster, each family once
+    with a ``cluster`` label on its samples when several clusters are served (a one-cluster
+    deployment's scrape is unchanged)."""
+
+    def __init__(self, *, multiprocess: bool) -> None:
+        self.multiprocess = multiprocess
+        self.by_name: dict[str, _ClusterCollector] = {}
+        self.labelled = False
+
+    def of(self, name: str) -> _ClusterCollector:
+        found = self.by_name.get(name)
+        if found is None:
+            found = self.by_name[name] = _ClusterCollector(multiprocess=self.multiprocess)
+        return found
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.labelled:
+            for collector in self.by_name.values():
+                yield from collector.collect()
+            return
+        families: dict[str, Metric] = {}
+        for name, collector in self.by_name.items():
+            for metric in collector.collect():
+                if metric.name in _DEPLOYMENT_FAMILIES:
+                    families.setdefault(metric.name, metric)
+                    continue
+                merged = families.get(metric.name)
+                if merged is None:
+                    merged = families[metric.name] = Metric(metric.name, metric.documentation, metric.type)
+                merged.samples.extend(s._replace(labels={**s.labels, "cluster": name}) for s in metric.samples)
+        yield from families.values()
+
+
 def _cluster_metrics(view: ClusterView) -> Iterator[Metric]:
     age = GaugeMetricFamily("slurmtower_cluster_snapshot_age_seconds",
                             "Age of the cluster snapshot the gauges come from")
@@ -261,7 +302,10 @@ class AppMetrics:
                                        "Duration of slurmtower's own calls to Slurm, by kind", ["kind"],
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self.cluster = _ClusterCollector(multiprocess=multiprocess)
+        #: Every cluster's gauges; :attr:`cluster` is the default cluster's.
+        self.clusters = _ClustersCollector(multiprocess=multiprocess)
+        self.cluster = self.clusters.of(services.name_or_default())
+        self.clusters.labelled = bool(services.settings.deployment().clusters)
         self.processes = _ProcessCollector(services, multiprocess=multiprocess)
         self.snapshot_queries: PromCounter | None = None
         self.workers: Gauge | None = None
@@ -278,7 +322,7 @@ class AppMetrics:
             # The instruments' values come from every worker's files, never from this memory.
             self.scrape_registry = CollectorRegistry(auto_describe=False)
             MultiProcessCollector(self.scrape_registry, path=str(multiprocess_dir))  # type: ignore[no-untyped-call]
-        self.scrape_registry.register(self.cluster)
+        self.scrape_registry.register(self.clusters)
         self.scrape_registry.register(self.processes)
         self._store_lock = asyncio.Lock()
 
@@ -323,22 +367,30 @@ class AppMetrics:
         self.slurm_latency.labels(kind).observe(seconds)
 
     async def refresh(self, services: Services) -> None:
-        """Bring the cluster view and store counts up to date (bounded by the refresh interval)."""
+        """Bring every cluster's view and the store counts up to date (bounded by the refresh
+        interval); the clusters at once, one that does not answer marked down."""
+        await asyncio.gather(*(self._refresh_cluster(each) for each in services.every_cluster()))
+        await self._refresh_store(services)
+
+    async def _refresh_cluster(self, services: Services) -> None:
+        gauges = self.clusters.of(services.name_or_default())
         try:
-            self.cluster.view = await services.live().view()
-            self.cluster.view_error = None
+            gauges.view = await services.live().view()
+            gauges.view_error = None
         except Exception as exc:  # a scrape reports the cluster down, it never fails
-            self.cluster.view_error = str(exc)
-            if self.cluster.view is not None:
-                self.cluster.view = ClusterView(self.cluster.view.nodes, self.cluster.view.jobs,
-                                                self.cluster.view.fetched_at, stale=True)
+            gauges.view_error = str(exc)
+            if gauges.view is not None:
+                gauges.view = ClusterView(gauges.view.nodes, gauges.view.jobs, gauges.view.fetched_at, stale=True)
         cache = services.snapshots
-        self.observe_cache(cache)
+        if services.parent is None:
+            self.observe_cache(cache)
         if cache is not None:
-            self.cluster.cache_queries = Counter(cache.queries)
-            self.cluster.refresh_interval = cache.interval
-            self.cluster.refresh_costs = {r: cache.cost(r) for r in cache.resources}
-            self.cluster.refresh_controller = {r: cache.controller_cost(r) for r in cache.resources}
+            gauges.cache_queries = Counter(cache.queries)
+            gauges.refresh_interval = cache.interval
+            gauges.refresh_costs = {r: cache.cost(r) for r in cache.resources}
+            gauges.refresh_controller = {r: cache.controller_cost(r) for r in cache.resources}
+
+    async def _refresh_store(self, services: Services) -> None:
         store = services.event_store
         if store is None:
             return

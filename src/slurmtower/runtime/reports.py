@@ -205,7 +205,8 @@ async def read_report(services: Services, kind: str, params: Mapping[str, str], 
 
 
 def _with_recorded(report: AvailabilityReport, events: EventStore) -> AvailabilityReport:
-    found = events.query(types=[NODE_STATE], start=report.start, end=report.end, limit=MAX_QUERY_LIMIT)
+    found = events.query(types=[NODE_STATE], start=report.start, end=report.end, limit=MAX_QUERY_LIMIT,
+                         own=True)
     counts = Counter(e.node for e in found if e.node)
     shown = f"the first {MAX_QUERY_LIMIT:,} of the range's" if len(found) >= MAX_QUERY_LIMIT else "every"
     return report.model_copy(update={

@@ -114,7 +114,7 @@ def build_sensor(
     return Sensor(settings, client, store, rules=engine, arm_triggers=arm_triggers)
 
 
-def sensor_task(sensor: Sensor, leading: Any = None) -> BackgroundTask:
+def sensor_task(sensor: Sensor, leading: Any = None, *, role: str = "sensor") -> BackgroundTask:
     """The sensor as a background task (the leader's): start (arm triggers) once, then poll;
     purge hourly. ``leading()`` tells at stop whether this process still leads: a process
     that lost the lead leaves the triggers to the new leader."""
@@ -140,7 +140,7 @@ def sensor_task(sensor: Sensor, leading: Any = None) -> BackgroundTask:
         await asyncio.to_thread(sensor.stop, disarm=leading is None or bool(leading()))
 
     return BackgroundTask(name="sensor", run=run, on_stop=on_stop, max_backoff=60.0, needs_leader=True,
-                          role="sensor")
+                          role=role)
 
 
 def refusals_task(sensor: Sensor) -> BackgroundTask:

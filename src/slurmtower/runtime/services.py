@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from slurmtower.accounting import AccountingDB, Reports
 from slurmtower.accounting.pool import AccountingPool
-from slurmtower.errors import AccountingUnavailable, ConfigError
+from slurmtower.errors import AccountingUnavailable, ConfigError, NotFound
 from slurmtower.live.cache import SnapshotCache, build_cache
 from slurmtower.live.keep import SnapshotKeeper
 from slurmtower.live.state import LiveState
@@ -147,14 +147,49 @@ class Services:
     """What this process runs (:data:`slurmtower.runtime.build.PARTS`), set by ``assemble``."""
     elections: dict[str, Leadership] = field(default_factory=dict)
     """One election per role of this process's leader's tasks (``BackgroundTask.role``)."""
+    clusters: dict[str, Services] = field(default_factory=dict)
+    """The deployment's other clusters (``[[clusters]]``), each with its own client, snapshots,
+    refresh worker, accounting reader and catalogue, filled by ``assemble``; this object is
+    the default cluster's (and holds what every cluster shares: store, metrics, elections)."""
+    name: str = ""
+    """The cluster these services are for (``settings.cluster_names()[0]`` for the default)."""
+    parent: Services | None = field(default=None, repr=False)
+    """The default cluster's services, for another cluster's: its elections are the process's."""
     _election: asyncio.Task[None] | None = field(default=None, repr=False)
     _leading: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
-
+        """The default cluster's services (the one cluster's, without ``[[clusters]]``)."""
+        name = settings.cluster_names()[0]
+        settings = settings.deployment().for_cluster(name)
         return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
-                   client_from_settings=True)
+                   client_from_settings=True, name=name)
+
+    # -- the deployment's clusters ----------------------------------------------------------
+
+    def cluster_names(self) -> list[str]:
+        """Every cluster served, the default first."""
+        return self.settings.deployment().cluster_names()
+
+    def cluster(self, name: str | None) -> Services:
+        """The services of cluster ``name`` (``None``: the default cluster's, these).
+
+        Raises :class:`~slurmtower.errors.NotFound` naming the cluster when it is not served.
+        """
+        if name is None or name == self.name_or_default():
+            return self
+        child = self.clusters.get(name)
+        if child is None:
+            raise NotFound(f"no cluster {name!r} (served: {', '.join(self.cluster_names())})", param="cluster")
+        return child
+
+    def name_or_default(self) -> str:
+        return self.name or self.cluster_names()[0]
+
+    def every_cluster(self) -> list[Services]:
+        """The default cluster's services, then each other cluster's."""
+        return [self, *self.clusters.values()]
 
     # -- background work and the deployment's leader --------------------------------------
 
@@ -164,8 +199,22 @@ class Services:
         store = self.event_store
         return store.engine if store is not None else make_store_engine(self.settings.effective_store_url())
 
+    def role_name(self, role: str) -> str:
+        """A per-cluster role's election name: ``role`` for the default cluster, ``role@name``
+        for another (a deployment with three clusters has three sensor leaders)."""
+        return role if self.parent is None else f"{role}@{self.name}"
+
+    def sensor_for(self, sensor_uuid: str) -> Sensor | None:
+        """The sensor (of any cluster) whose callbacks carry ``sensor_uuid``."""
+        for each in self.every_cluster():
+            if each.sensor is not None and each.sensor.uuid == sensor_uuid:
+                return each.sensor
+        return None
+
     def leadership(self, role: str = "leader") -> Leadership:
         """The election of the leader of ``role`` (on the event store's database)."""
+        if self.parent is not None:
+            return self.parent.leadership(role)
         if role not in self.elections:
             store = self.event_store
             engine = self.store_engine()
@@ -176,7 +225,7 @@ class Services:
 
     def leads(self, role: str) -> bool:
         """This process runs the tasks of ``role`` now."""
-        return role in self._leading
+        return self.parent.leads(role) if self.parent is not None else role in self._leading
 
     @property
     def leading(self) -> bool:
@@ -300,8 +349,8 @@ class Services:
         if self.catalogue is None:
             from slurmtower.actions import ActionStore, Catalogue  # deferred: the catalogue, first use only
 
-            self.catalogue = Catalogue.from_settings(
-                self.settings, client=self.client, store=ActionStore(self.settings.effective_store_url()))
+            store = ActionStore(self.settings.effective_store_url(), **self.settings.store_cluster())
+            self.catalogue = Catalogue.from_settings(self.settings, client=self.client, store=store)
         return self.catalogue
 
 

@@ -66,7 +66,8 @@ def periodic_tasks(services: Services, parts: Collection[str]) -> list[Backgroun
             tasks.append(BackgroundTask(name="event-feed", run=feed.round, on_stop=close_feed, max_backoff=5.0,
                                         needs_leader=False))
         if settings.events.sensor_enabled and not services.sensor_external:
-            tasks.append(sensor_task(services.sensor, lambda: services.leadership("sensor").is_leader))
+            role = services.role_name("sensor")
+            tasks.append(sensor_task(services.sensor, lambda: services.leadership(role).is_leader, role=role))
             tasks.append(refusals_task(services.sensor))
             tasks.extend(forward_tasks(services, services.event_store))
     if "actions" in parts:
@@ -101,7 +102,8 @@ def _archiver(services: Services, archive: LoadArchive) -> BackgroundTask:
         await asyncio.to_thread(archive.add, sample, settings.retention_days * 86400)
         return settings.archive_wait_time
 
-    return BackgroundTask(name="load-archiver", run=round_, role="archiver", max_backoff=settings.max_backoff)
+    return BackgroundTask(name="load-archiver", run=round_, role=services.role_name("archiver"),
+                          max_backoff=settings.max_backoff)
 
 
 def _action_tasks(services: Services) -> list[BackgroundTask]:
@@ -132,4 +134,4 @@ def _action_tasks(services: Services) -> list[BackgroundTask]:
         return settings.maintenance_interval
 
     return [BackgroundTask(name="execution-purge", run=purge_round, role="archiver"),
-            BackgroundTask(name="maintenance", run=maintenance_round, role="archiver")]
+            BackgroundTask(name="maintenance", run=maintenance_round, role=services.role_name("archiver"))]
