@@ -7,6 +7,7 @@ The application's routes are enumerated (not listed by hand): a route added with
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 import warnings
@@ -32,7 +33,7 @@ with warnings.catch_warnings():
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 #: Mutating routes that check the permission per target rather than per route: the action
 #: runner declares READ (read-only actions exist) and checks each action's permission.
-PER_ACTION = {("POST", "/actions/{name}")}
+PER_ACTION = {("POST", "/actions/{name}"), ("POST", "/clusters/{cluster}/actions/{name}")}
 #: Mutating routes that authenticate themselves (HMAC-signed trigger callbacks from Slurm's
 #: notify program, the generic alert webhook) and so declare PUBLIC; they must still refuse
 #: unsigned callers.
@@ -98,7 +99,7 @@ def _plain(path: str) -> str:
 
 def _concrete(path: str) -> str:
     sample = {"sensor_uuid": str(uuid.uuid4()), "name": "slurm.node.drain", "resource_class": "node",
-              "trigger_type": "down"}
+              "trigger_type": "down", "cluster": os.environ.get("SLURMTOWER_DEVCLUSTER_NAME", "tower")}
     return re.sub(r"\{(\w+)\}", lambda m: sample.get(m[1], "x1"), path)
 
 

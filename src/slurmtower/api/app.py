@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -25,20 +25,22 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slurmtower import __version__
-from slurmtower.api.params import add_problem_schema
+from slurmtower.api.params import add_problem_schema, problems
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
 from slurmtower.api.reads import FastReads, read_capped
+from slurmtower.api.routes.clusters import cluster_path
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
 from slurmtower.runtime import Services, assemble, running
 from slurmtower.settings import Settings
 
-__all__ = ["ROUTE_MODULES", "ROUTE_PARTS", "create_app"]
+__all__ = ["CLUSTER_ROUTE_MODULES", "ROUTE_MODULES", "ROUTE_PARTS", "create_app"]
 
 log = logging.getLogger(__name__)
 
 #: Every route module, in the order their routes appear in the OpenAPI document.
 ROUTE_MODULES = (
     "health",
+    "clusters",  # /clusters, /clusters/{cluster}, /clusters/{cluster}/ready
     "live",
     "history",
     "reports",  # /reports/{usage,efficiency,waits,availability}
@@ -55,9 +57,14 @@ ROUTE_MODULES = (
     "ui_reports",  # /ui/reports
 )
 
+#: The route modules also served per cluster, under ``/clusters/{cluster}`` (their routes take
+#: ``?cluster=`` on their own paths too): what reads or acts on one cluster's Slurm or accounting.
+CLUSTER_ROUTE_MODULES = ("live", "history", "reports", "load", "actions", "events")
+
 #: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
 ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "health": (),
+    "clusters": (),
     "live": ("live",),
     "history": ("accounting",),
     "reports": ("accounting", "live"),
@@ -319,6 +326,10 @@ def create_app(
         if setup is not None:
             setup(services, app)
         app.include_router(module.router)
+    for name, module in zip(route_modules, modules, strict=True):
+        if name in CLUSTER_ROUTE_MODULES:
+            app.include_router(module.router, prefix="/clusters/{cluster}", dependencies=[Depends(cluster_path)],
+                               responses=problems(404))
     app.add_middleware(_SecurityHeaders)  # last: outermost, around every other layer
     if app.fast_reads is not None:
         app.fast_reads.headers = _SecurityHeaders.of

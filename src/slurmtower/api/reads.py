@@ -83,12 +83,15 @@ async def read_capped(request: Request, limit: int, refuse: Callable[[], Awaitab
 
 def strict_query(request: Request, allowed: Iterable[str]) -> dict[str, str]:
     """The query parameters as a dict; an unknown, repeated or operator-bearing one is refused.
+    ``cluster`` is left out (it picks the services, not the answer).
 
     Raises :class:`InvalidInput` naming the parameter.
     """
     allowed = set(allowed)
     out: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
+        if name == "cluster":
+            continue  # which cluster's services answer (api/deps.py's cluster_of checks it)
         if name not in allowed:
             bare = name.rstrip("<>!")
             shown = bare if bare in allowed else name

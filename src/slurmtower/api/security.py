@@ -59,6 +59,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from slurmtower.api.deps import cluster_of
 from slurmtower.errors import AuthenticationError, PermissionDenied, SlurmtowerError
 from slurmtower.identity import JwksKeys
 from slurmtower.principal import (
@@ -72,6 +73,7 @@ from slurmtower.principal import (
     Principal,
     hash_token,
     new_token,
+    role_on_cluster,
 )
 from slurmtower.settings import AuthSettings, TokenEntry
 from slurmtower.store.schema import login_failures
@@ -647,7 +649,13 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
             except (AuthenticationError, PermissionDenied):
                 return ANONYMOUS
         principal = await authenticate(request)
-        settings = request.app.state.services.settings
+        services = request.app.state.services
+        settings = services.settings
+        if services.clusters or settings.deployment().clusters:
+            # The role the cluster the request is for gives (``[[clusters]] roles, max_role``).
+            entry = services.cluster(cluster_of(request)).settings.cluster_entry()
+            if entry is not None:
+                principal = role_on_cluster(principal, entry.roles, entry.max_role)
         if principal is ANONYMOUS:
             if perm == Perm.READ and settings.auth.anonymous_read:
                 return principal

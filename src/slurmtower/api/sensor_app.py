@@ -42,7 +42,9 @@ def create_sensor_app(settings: Settings) -> Starlette:
         raise ConfigError("the sensor is not configured")
 
     async def callback(request: Request) -> JSONResponse:
-        return JSONResponse(await receive_callback(request, sensor), status_code=202)
+        # Each cluster's sensor has its own UUID (and key); an unknown one is refused by the default's.
+        own = services.sensor_for(str(request.path_params["sensor_uuid"])) or sensor
+        return JSONResponse(await receive_callback(request, own), status_code=202)
 
     async def health(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "version": __version__})

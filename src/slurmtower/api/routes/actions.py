@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from slurmtower.actions import AuditRecord, Catalogue, Envelope, st2
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import PermissionDenied
@@ -65,7 +65,7 @@ async def show_action(name: ActionName) -> dict[str, Any]:
              responses=problems(400, *READ_PROBLEMS, 404, 409, 413, 503))
 async def run_action(
     name: ActionName,
-    services: ServicesDep,
+    services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
     parameters: Annotated[dict[str, Any] | None, Body()] = None,
     dry_run: Annotated[bool | None, Query(description="Same as the dry_run parameter.")] = None,
@@ -107,7 +107,7 @@ def _shown(services: Services, env: Envelope, principal: Principal) -> dict[str,
 @router.get("/executions/{execution_id}", response_model=Envelope | st2.St2Execution,
             responses=problems(400, *READ_PROBLEMS, 404))
 async def get_execution(
-    execution_id: Annotated[str, Path(description="The envelope's execution_id.")], services: ServicesDep,
+    execution_id: Annotated[str, Path(description="The envelope's execution_id.")], services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
     format: Format = "slurmtower",  # noqa: A002 - the query parameter's name
 ) -> JSONResponse:
@@ -120,7 +120,7 @@ async def get_execution(
 
 @router.get("/audit", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
 async def list_audit(
-    services: ServicesDep,
+    services: ClusterDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many records (1-1000).")] = 50,
     before: Annotated[int | None, Query(ge=0, le=MAX_ID, description="seq of the last record seen (keyset).")] = None,
     who: Annotated[str | None, Query(description="Only records of this principal.")] = None,

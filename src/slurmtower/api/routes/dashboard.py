@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep, ServicesDep, cluster_of
 from slurmtower.api.security import (
     LoginRateLimited,
     Perm,
@@ -124,7 +124,8 @@ async def overview(services: Services) -> tuple[_Overview, Sequence[Snapshot[Any
     view = _OVERVIEWS.get(id(cache))
     if view is None or view.key != key:
         view = await asyncio.to_thread(_overview, snaps, Visibility.from_settings(services.settings))
-        _OVERVIEWS.clear()  # one cache per process: keep only its newest
+        if len(_OVERVIEWS) > 64:
+            _OVERVIEWS.clear()  # caches of apps that are gone (tests): keep the newest of each cluster's
         _OVERVIEWS[id(cache)] = view
     return view, snaps
 
@@ -161,33 +162,54 @@ async def _recent_events(services: Services) -> list[EventLine]:
     if store is None:
         return []
     hidden = await services.live().hidden_nodes()
-    found = await asyncio.to_thread(store.query, limit=_EVENTS * 2 if hidden else _EVENTS, descending=True)
+    found = await asyncio.to_thread(store.query, limit=_EVENTS * 2 if hidden else _EVENTS, descending=True,
+                                    own=True)
     return [event_line(ev) for ev in found if ev.node not in hidden][:_EVENTS]
 
 
 @router.get("", response_class=HTMLResponse)
-async def page(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def page(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """The dashboard page."""
     context = await _fragments(services, principal)
-    return _render("ui.html", principal=principal, cluster=services.settings.cluster_name or "slurm",
-                   now=datetime.now(UTC), active="/ui", events=await _recent_events(services),
-                   map_limit=MAP_LIMIT, **context)
+    return _render("ui.html", **{**page_context(principal, services, "/ui"), "now": datetime.now(UTC),
+                                 "events": await _recent_events(services), "map_limit": MAP_LIMIT, **context})
+
+
+@router.get("/clusters", response_class=HTMLResponse)
+async def clusters_page(services: ServicesDep, principal: Reader) -> HTMLResponse:
+    """Every cluster at a glance: nodes and jobs by state, CPUs and GPUs in use; each cluster
+    read at once, one that does not answer shown so (within its ``api.slurm_wait``)."""
+
+    async def row(each: Services) -> dict[str, Any]:
+        entry = each.settings.cluster_entry()
+        shown = {"name": each.name_or_default(), "label": entry.label if entry is not None else None,
+                 "default": each is services}
+        try:
+            view, snaps = await overview(each)
+        except SlurmtowerError as exc:
+            return {**shown, "error": exc.message}
+        fetched = min(s.fetched_at for s in snaps[:2])
+        return {**shown, "view": view, "stale": any(s.stale for s in snaps),
+                "fetched_at": fetched.astimezone(UTC).strftime("%H:%M:%S UTC")}
+
+    rows = await asyncio.gather(*(row(each) for each in services.every_cluster()))
+    return _render("clusters.html", rows=rows, **page_context(principal, services, "/ui/clusters"))
 
 
 @router.get("/fragments/nodes", response_class=HTMLResponse)
-async def nodes_fragment(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def nodes_fragment(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """The node map, re-rendered (the page swaps it in every few seconds)."""
     return _render("_nodes.html", **await _fragments(services, principal))
 
 
 @router.get("/fragments/summary", response_class=HTMLResponse)
-async def summary_fragment(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def summary_fragment(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """Resources, jobs by state and the partitions' bars, re-rendered."""
     return _render("_summary.html", **await _fragments(services, principal))
 
 
 @router.get("/fragments/queue", response_class=HTMLResponse)
-async def queue_fragment(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def queue_fragment(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """The queue table, re-rendered."""
     return _render("_queue.html", **await _fragments(services, principal))
 
@@ -237,9 +259,13 @@ def _error_page(request: Request, exc: SlurmtowerError) -> HTMLResponse | None:
                                  if path == prefix or path.startswith(prefix + "/")),
                                 ("/ui", "Overview", (("/ui", "Overview"),)))
     services: Services = request.app.state.services
+    try:
+        services = services.cluster(cluster_of(request))
+    except SlurmtowerError:
+        pass  # a page of a cluster that is not there: drawn as the default cluster's
     return render("error.html", status_code=exc.http_status, title=title, message=exc.message,
                   status=exc.http_status, links=links,
-                  **page_context(principal, services.settings.cluster_name, active))
+                  **page_context(principal, services, active))
 
 
 def setup(_services: Services, app: FastAPI) -> None:

@@ -24,7 +24,7 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from slurmtower.api.callback import receive_callback
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ServicesDep, cluster_of
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import ConfigError, InvalidInput
@@ -81,6 +81,27 @@ def _sensor(services: Services) -> Sensor:
 
 # -- reading ------------------------------------------------------------------------------
 
+#: ``?cluster=`` (or ``/clusters/{cluster}/events...``): one cluster's events; without it every
+#: cluster's (each event names its cluster once several are served).
+ClusterParam = Annotated[str | None, Query(alias="cluster", max_length=40, description="Only this cluster's "
+                                           "events (default: every cluster's).")]
+
+
+async def _scope(request: Request, services: Services) -> tuple[str | None, Any]:
+    """The cluster the request names (``None``: every cluster) and a test of whether an
+    event is about a node hidden from callers (``api.hidden_partitions`` of its cluster)."""
+    name = cluster_of(request)
+    clusters = [services.cluster(name)] if name is not None else services.every_cluster()
+    hidden = {each.name_or_default(): await each.live().hidden_nodes() for each in clusters}
+    default = services.name_or_default()
+    if not any(hidden.values()):
+        return name, None
+
+    def is_hidden(ev: Event) -> bool:
+        return ev.node in hidden.get(ev.cluster or default, ())
+
+    return name, is_hidden
+
 
 def _types(type_: list[str] | None) -> list[str] | None:
     if not type_:
@@ -102,16 +123,20 @@ async def list_events(
     start: Annotated[datetime | None, Query(description="Only events at or after (ISO 8601).")] = None,
     end: Annotated[datetime | None, Query(description="Only events before (ISO 8601, with zone).")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE}).")] = 100,
+    cluster_param: ClusterParam = None,
+    *,
+    request: Request,
 ) -> list[Event]:
     """Events oldest first; page with ``since`` = the last id you got."""
     if start is not None and end is not None and start.tzinfo and end.tzinfo and end <= start:
         raise InvalidInput("end must be after start", param="end")
     store = _store(services)
-    hidden = await services.live().hidden_nodes()
+    name, is_hidden = await _scope(request, services)
     found = await asyncio.to_thread(
-        store.query, since_id=since, types=_types(type_), node=node, start=start, end=end, limit=limit
+        store.query, since_id=since, types=_types(type_), node=node, start=start, end=end, limit=limit,
+        cluster=name,
     )
-    return [ev for ev in found if ev.node not in hidden] if hidden else found
+    return [ev for ev in found if not is_hidden(ev)] if is_hidden is not None else found
 
 
 @router.get("/events/rule-runs", response_model=list[RuleRun], responses=problems(*READ_PROBLEMS))
@@ -135,9 +160,9 @@ async def list_rule_runs(
 
 
 @router.get("/events/sensor", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
-async def sensor_status(services: ServicesDep) -> dict[str, Any]:
-    """The sensor's UUID, armed triggers and poll age."""
-    return _sensor(services).status()
+async def sensor_status(request: Request, services: ServicesDep, cluster_param: ClusterParam = None) -> dict[str, Any]:
+    """The sensor's UUID, armed triggers and poll age (the default cluster's, or ``cluster``'s)."""
+    return _sensor(services.cluster(cluster_of(request))).status()
 
 
 def _sse(event: Event) -> bytes:
@@ -154,9 +179,12 @@ async def stream_events(
     since: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Start after this id (default: now).")] = None,
     type_: Annotated[list[str] | None, Query(alias="type", description="Event type(s).")] = None,
     node: Annotated[str | None, Query(max_length=255, description="Only events about this node.")] = None,
+    cluster_param: ClusterParam = None,
 ) -> StreamingResponse:
     """Server-Sent Events of new events; resumes after ``Last-Event-ID`` (or ``since``)."""
     store = _store(services)
+    name, is_hidden = await _scope(request, services)
+    shown = None if name is None else name
     types = _types(type_)
     if last_event_id is not None and last_event_id.strip():
         try:
@@ -175,11 +203,10 @@ async def stream_events(
     principal = getattr(request.state, "slurmtower_principal", None)
     expires_at = principal.expires_at if isinstance(principal, Principal) else None
 
-    hidden = await services.live().hidden_nodes()
-
     def wanted(ev: Event) -> bool:
         return ((types is None or ev.type in types) and (node is None or ev.node == node)
-                and ev.node not in hidden)
+                and (shown is None or (ev.cluster or services.name_or_default()) == shown)
+                and (is_hidden is None or not is_hidden(ev)))
 
     async def stored_after(position: int) -> tuple[int, list[bytes], bool]:
         """The next batch of stored events after ``position``: (the new position, the wanted
@@ -282,5 +309,7 @@ async def trigger_callback(
     resource_class: str,
     trigger_type: str,
 ) -> dict[str, Any]:
-    """Doorbell from the notify program: HMAC-signed, else 401 (400 when malformed)."""
-    return await receive_callback(request, _sensor(services))
+    """Doorbell from the notify program: HMAC-signed, else 401 (400 when malformed). The
+    UUID says whose: each cluster's sensor has its own (and its own key)."""
+    sensor = services.sensor_for(str(sensor_uuid)) or _sensor(services)
+    return await receive_callback(request, sensor)

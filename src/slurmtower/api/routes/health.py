@@ -35,15 +35,23 @@ async def ready(services: ServicesDep) -> JSONResponse:
     every 5 s; which snapshot this process serves (``snapshot``: shared as the refresher or a
     follower, or its own); the resources still served from the snapshots kept by the last run
     (``restored``: marked stale until this run's first read of Slurm); which roles it leads
-    (``leads``)."""
+    (``leads``); with several clusters, which one this is (the default, ``cluster``) and
+    whether each other one is ready (``clusters``), without changing the status."""
     checks = await services.ready_checks()
     ok = all(checks.values())
     # Which snapshot this process serves: the mode only (never Redis's error text).
     shared = services.snapshots.shared if services.snapshots is not None else None
     snapshot = shared.mode if shared is not None else ALONE
     restored = services.snapshots.restored() if services.snapshots is not None else []
-    return JSONResponse({"ready": ok, **checks, "snapshot": snapshot, "restored": restored,
-                         "leads": services.leading_roles()}, status_code=200 if ok else 503)
+    body = {"ready": ok, **checks, "snapshot": snapshot, "restored": restored, "leads": services.leading_roles()}
+    if services.clusters:
+        # The other clusters, each ok or not (``/clusters/{name}/ready`` has its checks): one
+        # cluster down does not take the process out of a load balancer.
+        others = list(services.clusters.values())
+        states = await asyncio.gather(*(each.ready_checks() for each in others))
+        body["cluster"] = services.name_or_default()
+        body["clusters"] = {each.name: all(state.values()) for each, state in zip(others, states, strict=True)}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get("/", dependencies=[require(Perm.PUBLIC)], response_class=HTMLResponse, include_in_schema=False)

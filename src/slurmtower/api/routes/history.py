@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from slurmtower.accounting import NAME, check_names, parse_history_query
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
@@ -36,7 +36,7 @@ _Time = Annotated[str | None, Query(description="ISO 8601 (naive = UTC) or Unix 
 @router.get("/history", response_model=HistoryPage, responses=problems(400, *READ_PROBLEMS, 503))
 async def history(
     request: Request,
-    services: ServicesDep,
+    services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
     limit: Annotated[str | None, Query(description="Jobs per page, 1-1000 (default 10).")] = None,
     offset: Annotated[str | None, Query(description="Rows to skip (prefer `cursor`).")] = None,
@@ -75,7 +75,7 @@ async def history(
             responses=problems(400, *READ_PROBLEMS, 503))
 async def users(
     request: Request,
-    services: ServicesDep,
+    services: ClusterDep,
     name: Annotated[str | None, Query(description="Only this user.")] = None,
 ) -> list[AccountingUser]:
     """Users known to slurmdbd with their associations (accounts, partitions, limits)."""

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from slurmtower.actions.hold_store import HoldStore
 from slurmtower.actions.holds import held_nodes, node_holds
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import FastReads, respond, strict_query
 from slurmtower.api.security import Perm, Principal, require
@@ -236,7 +236,7 @@ _NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor", "holds")
 
 @router.get("/queue", response_model=None,
             responses={200: {"model": QueueResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def queue(request: Request, services: ServicesDep, principal: Annotated[Principal, _READ],
+async def queue(request: Request, services: ClusterDep, principal: Annotated[Principal, _READ],
                 user: QueueParam = None, account: QueueParam = None,
                 partition: QueueParam = None,
                 state: Annotated[str | None, Query(description="Job states (`PENDING`, `RUNNING` ... or "
@@ -278,7 +278,7 @@ async def queue(request: Request, services: ServicesDep, principal: Annotated[Pr
 
 @router.get("/nodes", dependencies=[_READ], response_model=None,
             responses={200: {"model": NodesResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def nodes(request: Request, services: ServicesDep,
+async def nodes(request: Request, services: ClusterDep,
                 state: Annotated[str | None, Query(description="Base states or flags (`idle`, `down`, `drain`, "
                                                    "`not_responding` ...), comma-separated: any matches.",
                                                    max_length=400)] = None,
@@ -316,7 +316,7 @@ async def nodes(request: Request, services: ServicesDep,
         return rows
 
     if with_holds:
-        store = HoldStore(services.action_catalogue().store.engine)
+        store = services.action_catalogue().store.holds()
         body = await asyncio.to_thread(_nodes_with_holds, store, table, matching(), params, snap.fetched_at)
         return _live_json(cache, snap, body)
     return await _respond_query(request, cache, params, snap, lambda: page(table, matching(), params, "n", "nodes"))
@@ -363,7 +363,7 @@ def _holds_body(store: HoldStore, table: NodeTable, wanted: NodeSet | None, read
 
 @router.get("/nodes/holds", dependencies=[_READ], response_model=None,
             responses={200: {"model": NodeHoldsResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam = None) -> JSONResponse:
+async def nodes_holds(request: Request, services: ClusterDep, nodes: NodesParam = None) -> JSONResponse:
     """Who holds each node out of service (drain holds): every owner's hold, oldest first.
 
     Several owners can hold one node (a person, a health check, a rule); it resumes only when
@@ -376,14 +376,14 @@ async def nodes_holds(request: Request, services: ServicesDep, nodes: NodesParam
     live = services.live()
     cache = live.cache
     snap = await live.nodes()
-    store = HoldStore(services.action_catalogue().store.engine)
+    store = services.action_catalogue().store.holds()
     body = await asyncio.to_thread(_holds_body, store, snap.value, wanted_nodes, snap.fetched_at)
     return _live_json(cache, snap, body)
 
 
 @router.get("/partitions", dependencies=[_READ], response_model=None,
             responses={200: {"model": PartitionsResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def partitions(request: Request, services: ServicesDep) -> Response:
+async def partitions(request: Request, services: ClusterDep) -> Response:
     """Every partition with its nodes and limits."""
     strict_query(request, ())
     live = services.live()
@@ -394,7 +394,7 @@ async def partitions(request: Request, services: ServicesDep) -> Response:
 
 @router.get("/stats", dependencies=[_READ], response_model=None,
             responses={200: {"model": StatsResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def stats(request: Request, services: ServicesDep) -> Response:
+async def stats(request: Request, services: ClusterDep) -> Response:
     """slurmctld statistics (sdiag): scheduler cycles, job counters, RPCs by type and user."""
     strict_query(request, ())
     live = services.live()
@@ -409,7 +409,7 @@ def _usage(nodes: NodeTable, jobs: JobTable, partitions: list[Partition], hidden
 
 @router.get("/usage", dependencies=[_READ], response_model=None,
             responses={200: {"model": UsageResponse}, **problems(400, *READ_PROBLEMS, 503)})
-async def usage(request: Request, services: ServicesDep) -> Response:
+async def usage(request: Request, services: ClusterDep) -> Response:
     """For each partition, its nodes and the CPUs and memory its running jobs use, with totals."""
     strict_query(request, ())
     live = services.live()

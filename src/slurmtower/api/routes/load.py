@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, require
@@ -49,7 +49,7 @@ def _seconds(params: dict[str, str], name: str, default: float) -> float:
             responses=problems(400, *READ_PROBLEMS))
 async def load(
     request: Request,
-    services: ServicesDep,
+    services: ClusterDep,
     time_s: Annotated[str | None, Query(alias="time", description="Seconds of samples (default: one "
                                         "archive interval).")] = None,
     offset_s: Annotated[str | None, Query(alias="offset", description="Ending this many seconds ago "

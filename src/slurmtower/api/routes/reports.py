@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
@@ -65,7 +65,7 @@ async def _report(request: Request, services: Services, principal: Principal, ki
 
 @router.get("/reports/usage", response_model=UsageReport, responses=_RESPONSES)
 async def usage(
-    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
     start: _Time = None, end: _Time = None,
     period: Annotated[str | None, Query(description="hour, day, week, month or range (default).")] = None,
     group_by: Annotated[str | None, Query(description="cluster, account (default), user, account+user, "
@@ -83,7 +83,7 @@ async def usage(
 
 @router.get("/reports/efficiency", response_model=EfficiencyReport, responses=_RESPONSES)
 async def efficiency(
-    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
     start: _Time = None, end: _Time = None,
     group_by: Annotated[str | None, Query(description="user (default), account or account+user.")] = None,
     top: _Top = None, users: _Names = None, accounts: _Names = None, format: _Format = None,
@@ -94,7 +94,7 @@ async def efficiency(
 
 @router.get("/reports/waits", response_model=WaitReport, responses=_RESPONSES)
 async def waits(
-    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
     start: _Time = None, end: _Time = None,
     size_buckets: Annotated[str | None, Query(description="Lower CPU bounds of the size buckets after the "
                                               "first (default 50,250,500,1000).")] = None,
@@ -106,7 +106,7 @@ async def waits(
 
 @router.get("/reports/availability", response_model=AvailabilityReport, responses=_RESPONSES)
 async def availability(
-    request: Request, services: ServicesDep, principal: Annotated[Principal, require(Perm.READ)],
+    request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
     start: _Time = None, end: _Time = None, partitions: _Names = None,
     top_reasons: Annotated[str | None, Query(description="Reasons listed per row (default 10).")] = None,
     format: _Format = None,

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from slurmtower.accounting import check_names
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard import jobs_view as v
@@ -45,12 +45,12 @@ _PRIVATE_LABELS = {"work_dir": "work dir", "command": "command", "submit_line": 
 def _page(template: str, services: Services, principal: Principal, active: str, *, status_code: int = 200,
           **context: Any) -> HTMLResponse:
     return render(template, status_code=status_code, v=v,
-                  **page_context(principal, services.settings.cluster_name, active), **context)
+                  **page_context(principal, services, active), **context)
 
 
 # -- /ui/jobs ------------------------------------------------------------------------------------
 @router.get("/jobs", response_class=HTMLResponse)
-async def jobs_page(request: Request, services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def jobs_page(request: Request, services: ClusterDep, principal: Reader) -> HTMLResponse:
     """The live queue: every job slurmctld holds, filtered, searched, sorted and paged."""
     error: InvalidInput | None = None
     query = v.QueueQuery()
@@ -99,7 +99,7 @@ def _private(policy: Visibility, principal: Principal, job: Job | HistoryJob) ->
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def job_page(job_id: str, services: ClusterDep, principal: Reader) -> HTMLResponse:
     """One job: slurmctld's record while it holds it, and every run accounting recorded, with
     steps, exit codes, nodes and (once ended) CPU and memory efficiency."""
     active = "/ui/jobs"
@@ -169,7 +169,7 @@ async def job_page(job_id: str, services: ServicesDep, principal: Reader) -> HTM
 
 # -- /ui/history -------------------------------------------------------------------------------------
 @router.get("/history", response_class=HTMLResponse)
-async def history_page(request: Request, services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def history_page(request: Request, services: ClusterDep, principal: Reader) -> HTMLResponse:
     """Accounting history with ``/history``'s filters, newest first, a page at a time."""
     form = v.history_form(request.scope.get("query_string", b"").decode("latin-1"))
     active = "/ui/history"

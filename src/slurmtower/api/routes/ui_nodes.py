@@ -28,7 +28,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard.data import node_view
 from slurmtower.dashboard.nodes_map import build_map, node_entries, parse_filter
@@ -61,7 +61,7 @@ _GZIP_OVER = 32 * 1024
 
 
 def _common(services: Services, principal: Principal, **context: Any) -> dict[str, Any]:
-    return {**page_context(principal, services.settings.cluster_name, "/ui/nodes"),
+    return {**page_context(principal, services, "/ui/nodes"),
             "conditions": CONDITIONS, "duration": human_duration,
             "describe_owner": describe_owner, "live_seconds": MAP_LIVE_SECONDS,
             **context}
@@ -93,7 +93,7 @@ async def _visible_nodes(services: Services) -> tuple[list[Node], Any]:
 
 @router.get("/nodes", response_class=HTMLResponse)
 async def nodes_page(
-    request: Request, services: ServicesDep, principal: Reader,
+    request: Request, services: ClusterDep, principal: Reader,
     q: Annotated[str | None, Query(max_length=400, description="Names, hostlists (n[1-100]) or patterns (n1*).")]
     = None,
     state: Annotated[list[str] | None, Query(description="Conditions: idle, mixed, allocated, draining, drained, "
@@ -125,12 +125,12 @@ async def nodes_page(
 def _events(store: EventStore, name: str, start: datetime, end: datetime) -> tuple[list[Event], Event | None, bool]:
     """The node's transitions in the window (newest ``MAX_QUERY_LIMIT`` at most), the last one
     before it, and whether the window held more."""
-    found = store.query(types=[NODE_STATE], node=name, start=start, end=end, limit=MAX_QUERY_LIMIT,
+    found = store.query(types=[NODE_STATE], node=name, start=start, end=end, limit=MAX_QUERY_LIMIT, own=True,
                         descending=True)
     truncated = len(found) >= MAX_QUERY_LIMIT
     before = None
     if not truncated:
-        earlier = store.query(types=[NODE_STATE], node=name, end=start, limit=1, descending=True)
+        earlier = store.query(types=[NODE_STATE], node=name, end=start, limit=1, descending=True, own=True)
         before = earlier[0] if earlier else None
     found.reverse()
     return found, before, truncated
@@ -152,7 +152,7 @@ def _jobs_on(table: JobTable, name: str, principal: Principal, policy: Visibilit
 
 @router.get("/nodes/{name}", response_class=HTMLResponse)
 async def node_page(
-    request: Request, services: ServicesDep, principal: Reader, name: str,
+    request: Request, services: ClusterDep, principal: Reader, name: str,
     days: Annotated[str | None, Query(max_length=8, description=f"Timeline window in days (1-{MAX_DAYS}).")]
     = None,
 ) -> HTMLResponse:

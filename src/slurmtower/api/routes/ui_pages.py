@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.routes.dashboard import overview
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard.jobs_view import duration_text
@@ -33,11 +33,11 @@ Reader = Annotated[Principal, require(Perm.READ)]
 
 
 def _page(services: Services, principal: Principal, template: str, active: str, **context: Any) -> HTMLResponse:
-    return render(template, **page_context(principal, services.settings.cluster_name, active), **context)
+    return render(template, **page_context(principal, services, active), **context)
 
 
 @router.get("/partitions", response_class=HTMLResponse)
-async def partitions_page(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def partitions_page(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """Every visible partition: state, default, limits, nodes by state, CPUs by state."""
     # the overview's rows of the same snapshots (made once per snapshot set, for both pages)
     view, (nodes_snap, _jobs, parts_snap) = await overview(services)
@@ -55,7 +55,7 @@ def _reservation_shown(resv: Reservation, policy: Visibility, hidden_nodes: froz
 
 
 @router.get("/reservations", response_class=HTMLResponse)
-async def reservations_page(services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def reservations_page(services: ClusterDep, principal: Reader) -> HTMLResponse:
     """Every reservation: active now or when it starts, its nodes, flags, who may use it."""
     policy = Visibility.from_settings(services.settings)
     found = await asyncio.to_thread(services.client.reservations)

@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard import reports_view as rv
 from slurmtower.dashboard.render import page_context, render
@@ -32,7 +32,7 @@ Reader = Annotated[Principal, require(Perm.READ)]
 
 
 @router.get("/reports", response_class=HTMLResponse)
-async def reports_page(request: Request, services: ServicesDep, principal: Reader) -> HTMLResponse:
+async def reports_page(request: Request, services: ClusterDep, principal: Reader) -> HTMLResponse:
     """A usage, efficiency, wait or availability report: its form, chart, table and CSV link."""
     form = rv.report_form(request.query_params.multi_items(), now=datetime.now(UTC))
     error: SlurmtowerError | None = form.error
@@ -49,4 +49,4 @@ async def reports_page(request: Request, services: ServicesDep, principal: Reade
                   bad_param=error.extra.get("param") if error is not None else None,
                   sections=rv.usage_sections(usage, tz) if usage is not None else [],
                   table=rv.rows_of(report) if report is not None and usage is None else None,
-                  **page_context(principal, services.settings.cluster_name, "/ui/reports"))
+                  **page_context(principal, services, "/ui/reports"))
