@@ -3,7 +3,7 @@ environment (autoescaping on), the pages of the navigation bar, and what every p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.responses import HTMLResponse
@@ -36,9 +36,20 @@ def render(name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
 
-def page_context(principal: Principal, cluster_name: str | None, active: str) -> dict[str, Any]:
-    """What a page's header needs: who reads it, the cluster's name, the current page's path,
-    whether the reader may act (drain, resume ...) and act on jobs (operators, admins, and a
-    ``user`` on its own: the API checks whose they are)."""
-    return {"principal": principal, "cluster": cluster_name or "slurm", "active": active,
-            "can_operate": principal.may_operate, "can_act_jobs": principal.may_operate or principal.role == USER}
+class ClusterPage(Protocol):
+    """What a page knows of the cluster it is drawn for (the runtime's services of it)."""
+
+    name: str
+
+    def cluster_names(self) -> list[str]: ...
+
+
+def page_context(principal: Principal, cluster: ClusterPage, active: str) -> dict[str, Any]:
+    """What a page's header needs: who reads it, the cluster's name and the deployment's
+    clusters (the switcher, when there are several; the default first), the current page's
+    path, whether the reader may act (drain, resume ...) and act on jobs (operators, admins,
+    and a ``user`` on its own: the API checks whose they are)."""
+    clusters = cluster.cluster_names()
+    return {"principal": principal, "cluster": cluster.name or clusters[0] or "slurm", "clusters": clusters,
+            "active": active, "can_operate": principal.may_operate,
+            "can_act_jobs": principal.may_operate or principal.role == USER}

@@ -7,6 +7,53 @@
    "slurmtower:acted" event. No framework, no build. */
 (function () {
   "use strict";
+
+  /* --- the cluster a page is for (several clusters: ?cluster= in the page's URL) ---
+     The API calls of a page go to /clusters/<name>/..., its links and forms to the same
+     cluster's pages; the default cluster's pages keep their plain URLs. */
+  const CLUSTER = document.body.dataset.cluster || "";
+  const SCOPED = CLUSTER !== "" && CLUSTER !== document.body.dataset.defaultCluster;
+  const api = (path) => (SCOPED ? "/clusters/" + encodeURIComponent(CLUSTER) + path : path);
+  function uiUrl(href) {
+    const url = new URL(href, window.location.origin);
+    if (url.origin !== window.location.origin || !url.pathname.startsWith("/ui")) { return href; }
+    if (/^\/ui\/(static|login|logout|clusters)(\/|$)/.test(url.pathname)) { return href; }
+    url.searchParams.set("cluster", CLUSTER);
+    return url.pathname + url.search + url.hash;
+  }
+  window.slurmtowerApi = api;
+  window.slurmtowerUi = (href) => (SCOPED ? uiUrl(href) : href);
+  if (SCOPED) {
+    const scope = (a) => { if (!a.hasAttribute("data-all-clusters")) { a.setAttribute("href", uiUrl(a.getAttribute("href"))); } };
+    document.querySelectorAll("a[href^='/ui']").forEach(scope);
+    /* links swapped in later (live parts, fragments): scoped when followed */
+    for (const kind of ["click", "auxclick"]) {
+      document.addEventListener(kind, (ev) => {
+        const a = ev.target.closest && ev.target.closest("a[href^='/ui']");
+        if (a) { scope(a); }
+      }, true);
+    }
+    document.addEventListener("submit", (ev) => {
+      const form = ev.target;
+      if ((form.method || "get").toLowerCase() !== "get" || !(form.getAttribute("action") || "").startsWith("/ui")) { return; }
+      if (!form.querySelector("input[name=cluster]")) {
+        const keep = document.createElement("input");
+        Object.assign(keep, {type: "hidden", name: "cluster", value: CLUSTER});
+        form.appendChild(keep);
+      }
+    }, true);
+  }
+  const switcher = document.getElementById("cluster-switch");
+  if (switcher) {
+    switcher.addEventListener("change", () => {
+      const url = new URL(window.location.href);
+      if (switcher.value === document.body.dataset.defaultCluster) { url.searchParams.delete("cluster"); }
+      else { url.searchParams.set("cluster", switcher.value); }
+      url.searchParams.delete("cursor");
+      window.location.assign(url.pathname.startsWith("/ui/clusters") ? "/ui" + url.search : url.toString());
+    });
+  }
+
   const main = document.querySelector("main");
   const CSRF = main.dataset.csrfHeader;
   function refresh() { document.dispatchEvent(new CustomEvent("slurmtower:acted")); }
@@ -17,7 +64,7 @@
   let pending = null;
   const jobList = document.getElementById("confirm-jobs");
   function post(action, params) {
-    return fetch("/actions/" + action, {
+    return fetch(api("/actions/" + action), {
       method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
   }
@@ -107,7 +154,7 @@
       pending = null;
       dialog.close();
       result.textContent = todo.action + " " + todo.node + "\u2026";
-      const resp = await fetch("/actions/" + todo.action, {
+      const resp = await fetch(api("/actions/" + todo.action), {
         method: "POST", credentials: "same-origin",
         headers: {"Content-Type": "application/json", [CSRF]: "1"}, body: JSON.stringify(params)});
       let body = {};

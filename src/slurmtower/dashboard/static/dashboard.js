@@ -7,7 +7,7 @@
   const FEED_MAX = 100;
 
   async function swap(id, url) {
-    const resp = await fetch(url, {credentials: "same-origin", cache: "no-store"});
+    const resp = await fetch(window.slurmtowerUi(url), {credentials: "same-origin", cache: "no-store"});
     if (resp.status === 401) { window.location.assign("/ui/login"); return; }
     if (resp.ok) { document.getElementById(id).innerHTML = await resp.text(); }
   }
@@ -66,7 +66,7 @@
     if (ev.type === "slurm.node.state") { refresh(); }
   }
   if (window.EventSource) {
-    const es = new EventSource("/events/stream");
+    const es = new EventSource(window.slurmtowerApi("/events/stream"));
     es.onopen = () => { feedStatus.textContent = "live"; };
     es.onerror = () => { feedStatus.textContent = "reconnecting"; };
     es.onmessage = addEvent;
@@ -98,7 +98,7 @@
   async function drawLoad() {
     const note = document.getElementById("load-note");
     let resp;
-    try { resp = await fetch("/load?time=" + loadSeconds, {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
+    try { resp = await fetch(window.slurmtowerApi("/load?time=" + loadSeconds), {credentials: "same-origin"}); } catch (e) { note.textContent = "load unavailable"; return; }
     if (!resp.ok) { note.textContent = "no load archive (" + resp.status + ")"; return; }
     const rows = firstRows(await resp.json()).filter((r) => !isNaN(timeOf(r)));
     if (rows.length < 2) {
