@@ -1,0 +1,393 @@
+"""One tower over two local clusters (``[[clusters]]``): the default devcluster and a second
+one of its own (its dir, name and ports, Debian's 22.05 as well: no other release here), both
+served by one ``slurmtower serve`` as users run it (tokens, the sensor on, the archiver on).
+
+Every answer for a cluster is checked against that cluster's own ``squeue``/``sinfo``/``sacct``;
+a drain of one cluster's ``n1`` leaves the other's alone and is recorded (audit, holds, events)
+with its cluster; a role per cluster holds; one cluster frozen (SIGSTOP of its slurmctld),
+the other answers within its bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from slurmtower.devcluster import DevCluster
+from slurmtower.devcluster.several import write_clusters_config
+from slurmtower.errors import ConfigError
+from slurmtower.settings import load_settings
+from tests.conftest import WORKER, restore_all_nodes, sh, wait_for
+from tests.sensor_helpers import cluster_state_dir
+from tests.serve_helpers import ServeProcess
+from tests.ui_browser import browser, page_as, shoot
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+__all__ = ["browser"]  # the fixture
+
+N = int(WORKER.removeprefix("gw") or 0)
+#: The second cluster's ports: clear of the workers' devclusters (26800 + 200 x N), the
+#: scale labs and the release clusters.
+SECOND_PORT_BASE = 28600 + 200 * N
+
+
+def _sh(cluster: DevCluster, *argv: str, check: bool = True) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False,
+                          env=cluster.command_env())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv} on {cluster.cluster_name} failed: {proc.stderr}")
+    return proc.stdout
+
+
+def _states(cluster: DevCluster) -> dict[str, str]:
+    out = _sh(cluster, "sinfo", "-h", "-N", "-o", "%N %T")
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def _queue_ids(cluster: DevCluster) -> set[int]:
+    return {int(x) for x in _sh(cluster, "squeue", "-h", "-r", "-t", "all", "-o", "%A").split()}
+
+
+def _held_jobs(cluster: DevCluster, count: int, name: str) -> list[int]:
+    ids = []
+    for _ in range(count):
+        out = _sh(cluster, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-H", "-J", name,
+                  "-o", "/dev/null", "-D", "/tmp", "--wrap", "sleep 600")
+        ids.append(int(out.strip().split(";")[0]))
+    return ids
+
+
+def multi_config(first: DevCluster, second: DevCluster, state_dir: Path, **second_entry: Any) -> Path:
+    """The two clusters' ``[[clusters]]`` configuration (the first the default), a fast sensor,
+    the breaker off (as everywhere but its own tests)."""
+    return write_clusters_config(state_dir / "clusters.yaml", [first, second], state_dir,
+                                 [{}, {"label": "second cluster", **second_entry}],
+                                 events={"poll_interval": 0.5}, actions={"breaker_enabled": False})
+
+
+@pytest.fixture(scope="module")
+def second(devcluster: DevCluster) -> Iterator[DevCluster]:
+    """A second local cluster, 4 nodes, brought up for this module and stopped after it."""
+    cluster = DevCluster(root=Path(f"/var/lib/slurmtower/second-{WORKER or 'gw0'}"),
+                         cluster_name=f"second{N or ''}", port_base=SECOND_PORT_BASE, nodes=4,
+                         log=lambda _m: None)
+    cluster.up()
+    _sh(cluster, "scancel", "-u", "alice", check=False)
+    try:
+        yield cluster
+    finally:
+        _sh(cluster, "scancel", "-u", "alice", check=False)
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def tower(devcluster: DevCluster, second: DevCluster) -> Iterator[ServeProcess]:
+    """``slurmtower serve`` over both clusters; the second one's readers and operators only
+    read it (``max_role = reader``) except the demo operator, an operator there too."""
+    state = cluster_state_dir(devcluster, "clusters")
+    config = multi_config(devcluster, second, state, max_role="reader", roles={"demo-admin": "operator"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
+    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_ACTIONS__BREAKER_ENABLED="false")
+    serve = ServeProcess(env=env, log_path=state / "serve.log")
+    serve.start(timeout=60)
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+@pytest.fixture(scope="module")
+def tokens(devcluster: DevCluster) -> dict[str, str]:
+    return devcluster.demo_tokens()
+
+
+@pytest.fixture(scope="module")
+def reader(tower: ServeProcess, tokens: dict[str, str]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=tower.url, timeout=30,
+                      headers={"Authorization": f"Bearer {tokens['reader']}"}) as http:
+        yield http
+
+
+def _as(tower: ServeProcess, token: str) -> httpx.Client:
+    return httpx.Client(base_url=tower.url, timeout=60, headers={"Authorization": f"Bearer {token}"})
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def _load(tmp_path: Path, text: str) -> Any:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_settings(path, environ={})
+
+
+def test_an_entry_with_an_unknown_key_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "clusters:\n- name: a\n  slurm: {slurm_conf: /a}\n- name: b\n  slurm: {slurmconf: /b}\n")
+    assert "clusters[1] (b)" in err.value.message and "slurmconf" in err.value.message
+
+
+def test_a_cluster_may_not_set_the_deployments_keys(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "clusters:\n- name: a\n  api: {port: 9000}\n")
+    assert "clusters[0].api.port is the deployment's" in err.value.message
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("clusters:\n- name: a\n  slurm: {slurm_conf: /a}\n- name: a\n  slurm: {slurm_conf: /b}\n", "listed twice"),
+    ("clusters:\n- {name: a, default: true, slurm: {slurm_conf: /a}}\n"
+     "- {name: b, default: true, slurm: {slurm_conf: /b}}\n", "more than one default"),
+    ("clusters:\n- {name: a, slurm: {slurm_conf: /a}}\n- {name: b, slurm: {slurm_conf: /a}}\n", "the same Slurm"),
+    ("clusters:\n- {name: Prod}\n", "name"),
+])
+def test_clusters_that_cannot_run_together_are_refused(tmp_path: Path, text: str, said: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text)
+    assert said in err.value.message
+
+
+def test_each_cluster_gets_its_own_state_and_the_deployments_store(tmp_path: Path) -> None:
+    s = _load(tmp_path, f"state_dir: {tmp_path}\nslurm: {{command_timeout: 7}}\nclusters:\n"
+                        "- {name: a, slurm: {slurm_conf: /a}}\n"
+                        "- {name: b, default: true, slurm: {slurm_conf: /b}, api: {hidden_partitions: [x]}}\n")
+    assert s.cluster_names() == ["b", "a"]
+    a, b = s.for_cluster("a"), s.for_cluster("b")
+    assert (a.state_dir, b.state_dir) == (tmp_path / "clusters" / "a", tmp_path)
+    assert a.effective_store_url() == b.effective_store_url() == f"sqlite:///{tmp_path / 'slurmtower.db'}"
+    assert (a.slurm.command_timeout, str(a.slurm.slurm_conf), b.api.hidden_partitions) == (7, "/a", ["x"])
+    assert (a.cluster_key(), b.cluster_key()) == ("a", "")
+    assert a.effective_key_file() == tmp_path / "clusters" / "a" / "sensor.key"
+
+
+def test_a_one_cluster_configuration_is_one_cluster(cluster_settings: Any) -> None:
+    assert cluster_settings.clusters == []
+    assert cluster_settings.cluster_names() == [cluster_settings.cluster_name]
+    assert cluster_settings.for_cluster(cluster_settings.cluster_name) is cluster_settings
+    assert cluster_settings.cluster_key() == "" and cluster_settings.cluster_label() is None
+
+
+# -- one API ----------------------------------------------------------------------------------
+
+
+def test_clusters_are_listed_with_their_release_and_readiness(reader: httpx.Client, devcluster: DevCluster,
+                                                              second: DevCluster) -> None:
+    body = reader.get("/clusters").json()
+    assert body["default"] == devcluster.cluster_name
+    got = {c["name"]: c for c in body["clusters"]}
+    assert list(got) == [devcluster.cluster_name, second.cluster_name]
+    release = sh("scontrol", "--version").split()[1]
+    for c in got.values():
+        assert c["ready"] is True and c["release"] == release and c["accounting"] is True and c["sensor"] is True
+    assert got[second.cluster_name]["label"] == "second cluster" and got[second.cluster_name]["default"] is False
+    one = reader.get(f"/clusters/{second.cluster_name}")
+    assert one.status_code == 200 and one.json()["name"] == second.cluster_name
+    ready = reader.get("/ready").json()
+    assert ready["cluster"] == devcluster.cluster_name and ready["clusters"] == {second.cluster_name: True}
+    assert reader.get(f"/clusters/{second.cluster_name}/ready").json()["ready"] is True
+
+
+def test_each_clusters_queue_and_nodes_agree_with_its_own_squeue_and_sinfo(
+        reader: httpx.Client, devcluster: DevCluster, second: DevCluster) -> None:
+    mine = _held_jobs(second, 3, "mc-second")
+    try:
+        def agrees() -> bool:
+            ok = True
+            for cluster, paths in ((devcluster, ("/queue", f"/clusters/{devcluster.cluster_name}/queue")),
+                                   (second, (f"/clusters/{second.cluster_name}/queue",
+                                             f"/queue?cluster={second.cluster_name}"))):
+                want = _queue_ids(cluster)
+                for path in paths:
+                    r = reader.get(path)
+                    assert r.status_code == 200, r.text
+                    ok = ok and {j["job_id"] for j in r.json()["jobs"]} == want
+            return ok
+
+        wait_for(agrees, 30, 0.5, what="both queues as their squeue says")
+        assert set(mine) <= {j["job_id"] for j in reader.get(f"/clusters/{second.cluster_name}/queue").json()["jobs"]}
+        assert not set(mine) & _queue_ids(devcluster) or set(mine) & _queue_ids(second)
+        # filters and pages are the cluster's own
+        page = reader.get(f"/clusters/{second.cluster_name}/queue",
+                          params={"name": "mc-second", "state": "PENDING", "limit": 2}).json()
+        pending = _sh(second, "squeue", "-h", "-n", "mc-second", "-t", "PD", "-o", "%A").split()
+        assert page["count"] == len(pending) == 3 and page["returned"] == 2
+        for cluster in (devcluster, second):
+            nodes = reader.get("/nodes", params={"cluster": cluster.cluster_name}).json()["nodes"]
+            assert sorted(n["name"] for n in nodes) == sorted(_states(cluster))
+    finally:
+        _sh(second, "scancel", *map(str, mine), check=False)
+
+
+def test_each_clusters_history_is_its_own_sacct(reader: httpx.Client, devcluster: DevCluster,
+                                                second: DevCluster) -> None:
+    job = int(_sh(second, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-J", "mc-history",
+                  "-o", "/dev/null", "-D", "/tmp", "--wrap", "true").strip().split(";")[0])
+
+    def recorded() -> bool:
+        out = _sh(second, "sacct", "-n", "-X", "-P", "-o", "JobIDRaw,State", "-j", str(job))
+        return "COMPLETED" in out
+
+    wait_for(recorded, 60, 0.5, what=f"job {job} completed in the second cluster's accounting")
+    def listed() -> bool:
+        ours = reader.get(f"/clusters/{second.cluster_name}/history", params={"jobname": "mc-history"}).json()
+        assert "jobs" in ours, ours
+        return job in {j["job_id"] for j in ours["jobs"]}
+
+    # slurmdbd writes the job's end to its database a moment after sacct can see it
+    wait_for(listed, 20, 0.5, what=f"job {job} in the second cluster's /history")
+    theirs = reader.get("/history", params={"jobname": "mc-history"}).json()
+    default_ids = {int(x.split("|")[0]) for x in sh("sacct", "-a", "-n", "-X", "-P", "-o", "JobIDRaw",
+                                                    "--name", "mc-history", "-S", "now-1day").split()}
+    assert {j["job_id"] for j in theirs["jobs"]} == default_ids
+
+
+def test_a_drain_on_one_clusters_n1_leaves_the_others_alone_and_is_recorded_with_its_cluster(
+        tower: ServeProcess, reader: httpx.Client, tokens: dict[str, str], devcluster: DevCluster,
+        second: DevCluster) -> None:
+    name = second.cluster_name
+    restore_all_nodes(devcluster)
+    last = max((e["id"] for e in reader.get("/events", params={"limit": 1000}).json()), default=0)
+    with _as(tower, tokens["admin"]) as admin:
+        r = admin.post(f"/clusters/{name}/actions/slurm.node.drain", json={"nodes": "n1", "reason": "mc drain"})
+        assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
+        try:
+            assert "drain" in _states(second)["n1"] and "drain" not in _states(devcluster)["n1"]
+            # once the second cluster's snapshot has the drain (a read older than it shows the node in service)
+            wait_for(lambda: [n["name"] for n in reader.get(f"/clusters/{name}/nodes/holds").json()["nodes"]]
+                     == ["n1"], 15, what="the second cluster's n1 held")
+            assert reader.get("/nodes/holds").json()["nodes"] == []
+            audit = admin.get(f"/clusters/{name}/audit", params={"action": "slurm.node.drain"}).json()["records"]
+            assert audit[0]["cluster"] == name and audit[0]["nodes"] == "n1"
+            assert all(rec["cluster"] != name for rec in admin.get("/audit").json()["records"])
+
+            def drained_event() -> list[dict[str, Any]]:
+                evs = reader.get(f"/clusters/{name}/events",
+                                 params={"since": last, "type": "slurm.node.state", "node": "n1"}).json()
+                return [e for e in evs if "DRAIN" in e["payload"]["flags"]]
+
+            seen = wait_for(drained_event, 20, 0.2, what="the second cluster's drained n1 event")
+            time.sleep(1.5)  # three more sensor polls: a second record of the same change would show
+            again = drained_event()
+            assert len(again) == len(seen) == 1 and again[0]["cluster"] == name
+            other = reader.get("/events", params={"since": last, "node": "n1",
+                                                  "cluster": devcluster.cluster_name}).json()
+            assert other == []
+        finally:
+            r = admin.post(f"/clusters/{name}/actions/slurm.node.resume", json={"nodes": "n1"})
+            assert r.status_code == 200, r.text
+    wait_for(lambda: "drain" not in _states(second)["n1"], 20, what="the second cluster's n1 resumed")
+
+
+def test_a_role_per_cluster_holds(tower: ServeProcess, tokens: dict[str, str], devcluster: DevCluster,
+                                  second: DevCluster) -> None:
+    body = {"nodes": "n2", "reason": "mc role", "dry_run": True}
+    with _as(tower, tokens["operator"]) as operator:
+        # an operator of the deployment, a reader on the second cluster (max_role)
+        assert operator.post("/actions/slurm.node.drain", json=body).status_code == 200
+        refused = operator.post(f"/clusters/{second.cluster_name}/actions/slurm.node.drain", json=body)
+        assert refused.status_code == 403 and "reader" in refused.json()["detail"]
+        assert operator.get(f"/clusters/{second.cluster_name}/queue").status_code == 200
+    with _as(tower, tokens["admin"]) as admin:
+        # the admin is named: an operator there (not an admin: admin actions are refused)
+        assert admin.post(f"/clusters/{second.cluster_name}/actions/slurm.node.drain", json=body).status_code == 200
+        refused = admin.post(f"/clusters/{second.cluster_name}/actions/slurm.trigger.unset", json={"id": 1})
+        assert refused.status_code == 403 and "(operator)" in refused.json()["detail"]
+
+
+def test_bad_cluster_names_are_clear_errors(reader: httpx.Client) -> None:
+    r = reader.get("/clusters/nope/queue")
+    assert r.status_code == 404 and r.json()["param"] == "cluster" and "nope" in r.json()["detail"]
+    r = reader.get("/queue", params={"cluster": "Bad Name"})
+    assert r.status_code == 400 and r.json()["param"] == "cluster"
+    r = reader.get("/queue", params=[("cluster", "a"), ("cluster", "b")])
+    assert r.status_code == 400 and "twice" in r.json()["detail"]
+    assert reader.get("/events", params={"cluster": "nope"}).status_code == 404
+
+
+def test_metrics_are_labelled_by_cluster(reader: httpx.Client, devcluster: DevCluster, second: DevCluster) -> None:
+    text = reader.get("/metrics").text
+    for name in (devcluster.cluster_name, second.cluster_name):
+        assert f'slurmtower_cluster_up{{cluster="{name}"}} 1.0' in text
+        assert f'slurmtower_nodes{{cluster="{name}",state="idle"}}' in text or \
+               f'slurmtower_nodes{{state="idle",cluster="{name}"}}' in text
+
+
+def test_one_cluster_frozen_the_other_answers_within_its_bounds(reader: httpx.Client, devcluster: DevCluster,
+                                                                 second: DevCluster) -> None:
+    pid = int((second.run_dir / "slurmctld.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)  # past the second cluster's refresh interval: its next round hangs
+        slow = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            r = reader.get("/queue", params={"limit": 10})
+            slow.append(time.perf_counter() - t0)
+            assert r.status_code == 200
+            time.sleep(0.1)
+        assert max(slow) < 1.0, slow
+        t0 = time.perf_counter()
+        frozen = reader.get(f"/clusters/{second.cluster_name}/queue", params={"limit": 10})
+        took = time.perf_counter() - t0
+        # its last snapshot, marked stale, or 503 when too old: within api.slurm_wait (4 s)
+        assert took < 6.0 and frozen.status_code in (200, 503)
+        if frozen.status_code == 200:
+            assert frozen.json()["stale"] is True or float(frozen.headers["x-data-age"]) >= 0
+        listed = {c["name"]: c["ready"] for c in reader.get("/clusters").json()["clusters"]}
+        assert listed == {devcluster.cluster_name: True, second.cluster_name: False}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: reader.get(f"/clusters/{second.cluster_name}/ready").status_code == 200, 30,
+             what="the second cluster ready again")
+
+
+# -- one dashboard ----------------------------------------------------------------------------
+
+
+def _cpus(cluster: DevCluster) -> str:
+    alloc, _idle, _other, total = _sh(cluster, "sinfo", "-h", "-o", "%C").split()[0].split("/")
+    return f"{alloc} / {total}"
+
+
+@pytest.mark.browser
+def test_the_dashboards_switcher_and_all_clusters_overview_in_chromium(
+        tower: ServeProcess, browser: Any, tokens: dict[str, str], devcluster: DevCluster,  # noqa: F811
+        second: DevCluster) -> None:
+    first, other = devcluster.cluster_name, second.cluster_name
+    _sh(second, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc browser")
+    try:
+        page = page_as(browser, tower.url, tokens["reader"])
+        assert page.locator("#cluster-switch option").all_inner_texts() == [first, other]
+        assert page.locator("#cluster-switch").input_value() == first
+        # the switcher keeps the cluster in the URL; the pages and their links are that cluster's
+        page.select_option("#cluster-switch", other)
+        page.wait_for_url(f"{tower.url}/ui?cluster={other}")
+        assert page.locator("header h1 .muted").inner_text() == other
+        assert page.locator('[data-resource="CPUs"]').inner_text().startswith(_cpus(second))
+        page.click('nav a[href^="/ui/nodes"]')
+        page.wait_for_url(f"{tower.url}/ui/nodes?cluster={other}")
+        page.goto(f"{tower.url}/ui/nodes/n3?cluster={other}")
+        assert "mc browser" in page.locator("main").inner_text()
+        page.goto(f"{tower.url}/ui/nodes/n3")
+        assert "mc browser" not in page.locator("main").inner_text()
+        # all clusters at once
+        page.goto(f"{tower.url}/ui/clusters")
+        rows = page.locator("table.clusters tbody tr")
+        assert rows.count() == 2
+        for cluster in (devcluster, second):
+            row = page.locator(f'table.clusters tr[data-cluster="{cluster.cluster_name}"]')
+            assert row.locator('[data-field="cpus"]').inner_text().startswith(_cpus(cluster))
+            assert row.locator('[data-field="nodes"]').inner_text().startswith(f"{len(_states(cluster))}:")
+        assert "drain" in page.locator(f'tr[data-cluster="{other}"] [data-field="nodes"]').inner_text()
+        shoot(page, "clusters")
+        page.click(f'tr[data-cluster="{other}"] th a')
+        page.wait_for_url(f"{tower.url}/ui?cluster={other}")
+    finally:
+        _sh(second, "scontrol", "update", "nodename=n3", "state=RESUME")
