@@ -229,3 +229,22 @@ def test_a_revoked_token_is_refused_by_every_process_without_a_restart(quiet: Se
                              timeout=60, check=False)
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == "slurmtower: error: no token named 'nobody' in auth.tokens (known: rita, otto, ada)"
+
+
+def test_a_session_keeps_the_groups_it_was_given_within_bounds(quiet: Settings) -> None:
+    """What a sign-on hands the store of a person's groups (those some cluster gives a role)
+    comes back with the session; more than the bound, or a name past 255 characters, is not kept."""
+    from slurmtower.store.migrate import check_or_create
+    from slurmtower.store.sessions import MAX_SESSION_GROUPS
+
+    engine = make_store_engine(quiet.effective_store_url())
+    check_or_create(engine)
+    store = SessionStore(engine, idle=3600, lifetime=3600)
+    sid = store.create(name="rita", role="reader", via="oidc", groups=("gpu-ops", "x" * 256, "hpc"))
+    row = store.get(sid)
+    assert row is not None and row.groups == ("gpu-ops", "hpc")
+    many = store.create(name="otto", role="reader", via="oidc", groups=tuple(f"g{i}" for i in range(500)))
+    row = store.get(many)
+    assert row is not None and len(row.groups) == MAX_SESSION_GROUPS and row.groups[0] == "g0"
+    plain = store.get(store.create(name="tok", role="reader", via="token"))
+    assert plain is not None and plain.groups == ()

@@ -135,6 +135,8 @@ class Person:
     name: str
     role: str
     id_token: str
+    groups: tuple[str, ...] = ()
+    """Every group the ID token named (at most MAX_GROUPS)."""
 
 
 class OidcClient:
@@ -258,7 +260,7 @@ class OidcClient:
             log.warning("sign-on refused for %s: none of their groups is in auth.oidc.roles", name)
             raise PermissionDenied(f"{name} signed on, but none of their groups has a role here (auth.oidc.roles)")
         role = max(roles, key=lambda r: ROLE_PERM.get(r, 0))
-        return Person(name=name, role=role, id_token=id_token)
+        return Person(name=name, role=role, id_token=id_token, groups=tuple(g for g in groups if isinstance(g, str)))
 
     async def logout_url(self, *, id_token: str | None, then: str) -> str | None:
         """The provider's logout (RP-initiated) for this session, back to ``then``; None when

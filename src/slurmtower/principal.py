@@ -90,12 +90,17 @@ def role_perm(role: str) -> Perm:
 
 def role_on_cluster(principal: Principal, roles: Mapping[str, str], max_role: str | None) -> Principal:
     """``principal`` as one cluster sees it: the role that cluster gives its name
-    (``[[clusters]] roles``), else its deployment role capped at the cluster's ``max_role``
+    (``[[clusters]] roles``), else the highest it gives one of its groups (``group:<name>``),
+    else its deployment role capped at the cluster's ``max_role``
     (an operator of the test cluster who only reads production). Anonymous stays anonymous.
     """
     if principal is ANONYMOUS or (not roles and max_role is None):
         return principal
     own = roles.get(principal.name)
+    if own is None and principal.groups:
+        # the highest role the cluster gives one of the principal's groups
+        found = [roles[key] for key in (f"group:{g}" for g in principal.groups) if key in roles]
+        own = max(found, key=role_perm) if found else None
     if own is not None:
         return principal if own == principal.role else replace(principal, role=own)
     if max_role is not None and role_perm(max_role) < principal.perm:
@@ -113,6 +118,9 @@ class Principal:
     expires_at: float | None = None
     """Unix time after which the credential is no longer accepted (a JWT's ``exp`` plus the
     allowed clock skew); long-lived responses (SSE) end then."""
+    groups: tuple[str, ...] = ()
+    """The groups a sign-on or a JWT names that some cluster gives a role (``group:<name>``
+    in ``[[clusters]] roles``); empty for static tokens."""
 
     @property
     def perm(self) -> Perm:

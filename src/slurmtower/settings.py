@@ -420,6 +420,8 @@ class AuthSettings(_Section):
     jwt_leeway: float = Field(default=30.0, ge=0, le=300)
     """Seconds of clock skew allowed on a JWT's ``exp``, ``nbf`` and ``iat``."""
     jwt_role_claim: str = "role"
+    jwt_groups_claim: str = Field(default="groups", min_length=1, max_length=100)
+    """The claim whose groups ``[[clusters]] roles`` may map (``group:<name>``)."""
     slurm_token_role: Role | None = None
     """Accept Slurm's own tokens (``scontrol token``: claims ``sun``, ``exp``, ``iat``, no issuer,
     signed with ``jwt_key`` = Slurm's ``jwt_hs256.key``) as this role, named by their ``sun``.
@@ -507,8 +509,10 @@ class ClusterSettings(_Section):
     api: dict[str, Any] = Field(default_factory=dict)
     """Only the keys of :data:`CLUSTER_API_KEYS` (refresh and hidden partitions)."""
     roles: dict[str, Role] = Field(default_factory=dict, max_length=1000)
-    """Roles on this cluster by principal name (a token's name, a person's login): a person
-    who is an operator here and a reader elsewhere. It replaces the deployment role here."""
+    """Roles on this cluster by principal name (a token's name, a person's login) or by group
+    (``group:<name>``: a sign-on's groups, ``auth.oidc.groups_claim``, or a JWT's,
+    ``auth.jwt_groups_claim``): a person who is an operator here and a reader elsewhere. It
+    replaces the deployment role here (a name before its groups; of several groups the highest)."""
     max_role: Role | None = None
     """The highest role anyone not in ``roles`` has here (``reader``: the deployment's
     operators and admins only read this cluster). ``None``: their deployment role."""
@@ -609,6 +613,12 @@ class Settings(_Section):
     def cluster_entry(self) -> ClusterSettings | None:
         """This cluster's ``[[clusters]]`` entry (``None`` in a one-cluster deployment)."""
         return next((c for c in self.deployment().clusters if c.name == self.cluster_name), None)
+
+    def role_groups(self) -> frozenset[str]:
+        """Every group some cluster gives a role (``group:<name>`` in ``[[clusters]] roles``):
+        what a session or a JWT keeps of a person's groups."""
+        return frozenset(key.removeprefix("group:") for c in self.deployment().clusters for key in c.roles
+                         if key.startswith("group:"))
 
     def deployment(self) -> Settings:
         """The settings as loaded, every cluster in them (``self`` for a one-cluster file)."""

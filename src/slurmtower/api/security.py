@@ -300,11 +300,17 @@ class SharedLoginLimiter:
         self.local.learn(address, times)
 
 
+#: The most groups read from a JWT's groups claim.
+MAX_JWT_GROUPS = 1000
+
+
 class _JwtVerifier:
     """Verifies JWTs against a fixed key or the keys of a JWKS URL."""
 
-    def __init__(self, auth: AuthSettings) -> None:
+    def __init__(self, auth: AuthSettings, role_groups: frozenset[str] = frozenset()) -> None:
         self._auth = auth
+        #: The groups some cluster gives a role (``[[clusters]] roles``): what a JWT's groups keep.
+        self.role_groups = role_groups
         self.jwks = JwksKeys(auth.jwt_jwks_url) if auth.jwt_jwks_url else None
         self.key = auth.jwt_signing_key()
 
@@ -372,7 +378,14 @@ class _JwtVerifier:
             raise AuthenticationError("JWT names nobody (no sub claim)")
         if len(name) > MAX_NAME:
             raise AuthenticationError(f"JWT names a caller longer than {MAX_NAME} characters")
-        return Principal(name=name, role=role, via=via, expires_at=float(claims["exp"]) + auth.jwt_leeway)
+        groups: tuple[str, ...] = ()
+        if self.role_groups:
+            # the JWT's groups some cluster gives a role (group:<name>), the others not kept
+            raw_groups = claims.get(auth.jwt_groups_claim)
+            listed = [raw_groups] if isinstance(raw_groups, str) else raw_groups if isinstance(raw_groups, list) else []
+            groups = tuple(g for g in listed[:MAX_JWT_GROUPS] if isinstance(g, str) and g in self.role_groups)
+        return Principal(name=name, role=role, via=via, expires_at=float(claims["exp"]) + auth.jwt_leeway,
+                         groups=groups)
 
 
 def _looks_like_jwt(token: str) -> bool:
@@ -400,7 +413,7 @@ class _Sessions:
         if row is None:
             self._known.pop(sid, None)
             return None
-        principal = Principal(name=row.name, role=row.role, via=row.via, expires_at=row.expires_at)
+        principal = Principal(name=row.name, role=row.role, via=row.via, expires_at=row.expires_at, groups=row.groups)
         self._known[sid] = (now, principal)
         self._known.move_to_end(sid)
         while len(self._known) > 10_000:
@@ -461,10 +474,11 @@ class _TokenState:
 class _AuthState:
     """One app's limiter, JWT verifier, sessions and table of static tokens."""
 
-    def __init__(self, auth: AuthSettings, store: Engine | None = None) -> None:
+    def __init__(self, auth: AuthSettings, store: Engine | None = None,
+                 role_groups: frozenset[str] = frozenset()) -> None:
         self.limiter = SharedLoginLimiter(auth.login_failures_per_minute,
                                           LoginFailureStore(store) if store is not None else None)
-        self.verifier = _JwtVerifier(auth)
+        self.verifier = _JwtVerifier(auth, role_groups)
         self.sessions = _Sessions(SessionStore(store, idle=auth.session_idle_minutes * 60,
                                                lifetime=auth.session_hours * 3600)
                                   if store is not None else None)
@@ -495,7 +509,8 @@ def _state(request: Request) -> _AuthState:
     if found is None:
         services = app.state.services
         store = services.event_store  # the deployment's store (the events module opens it)
-        found = _AuthState(services.settings.auth, store.engine if store is not None else None)
+        found = _AuthState(services.settings.auth, store.engine if store is not None else None,
+                           services.settings.role_groups())
         app.slurmtower_auth = app.state.slurmtower_auth = found  # (the state's: what tests inspect)
     return found
 

@@ -305,6 +305,9 @@ web_sessions = Table(
     Column("expires_at", Float, nullable=False),
     # The provider's ID token, for its logout (id_token_hint); at most 16 KiB.
     Column("id_token", Text, nullable=True),
+    # Revision 6: the person's groups that some cluster gives a role (``[[clusters]] roles``,
+    # ``group:<name>``), at most MAX_SESSION_GROUPS of at most 255 characters.
+    Column("groups", JSON, nullable=True),
     Index("ix_web_sessions_expires_at", "expires_at"),
 )
 

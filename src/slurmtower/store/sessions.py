@@ -66,6 +66,12 @@ class SessionRow:
     expires_at: float
     """The absolute end (unix seconds); the idle end may come first."""
     id_token: str | None = None
+    groups: tuple[str, ...] = ()
+    """The person's groups that give a role on some cluster (``[[clusters]] roles``)."""
+
+
+#: The most groups a session keeps (only those some cluster gives a role), each at most 255 characters.
+MAX_SESSION_GROUPS = 100
 
 
 @dataclass(frozen=True)
@@ -93,13 +99,15 @@ class SessionStore:
         self._clock = clock
         self._purged_at = float("-inf")
 
-    def create(self, *, name: str, role: str, via: str, id_token: str | None = None) -> str:
+    def create(self, *, name: str, role: str, via: str, id_token: str | None = None,
+               groups: tuple[str, ...] = ()) -> str:
         """A new session; returns its id (for the cookie: the store keeps only its digest)."""
         sid = secrets.token_urlsafe(32)
         now = self._clock()
         row = {"id_hash": digest(sid), "name": name[:255], "role": role[:16], "via": via[:16],
                "created_at": now, "seen_at": now, "expires_at": now + self.lifetime,
-               "id_token": id_token if id_token is not None and len(id_token) <= MAX_ID_TOKEN else None}
+               "id_token": id_token if id_token is not None and len(id_token) <= MAX_ID_TOKEN else None,
+               "groups": [g for g in groups if len(g) <= 255][:MAX_SESSION_GROUPS] or None}
         with guarded(self._engine, "create a session") as conn:
             conn.execute(insert(web_sessions).values(**row))
             self._purge(conn, now)
@@ -164,4 +172,5 @@ class SessionStore:
 
 def _session(row: Any, *, expires_at: float) -> SessionRow:
     return SessionRow(name=row["name"], role=row["role"], via=row["via"], created_at=row["created_at"],
-                      expires_at=expires_at, id_token=row["id_token"])
+                      expires_at=expires_at, id_token=row["id_token"],
+                      groups=tuple(str(g) for g in (row["groups"] or [])[:MAX_SESSION_GROUPS]))

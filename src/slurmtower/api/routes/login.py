@@ -99,8 +99,12 @@ def _store(request: Request) -> SessionStore:
 
 
 async def _start_session(request: Request, *, name: str, role: str, via: str,
-                         id_token: str | None = None) -> str:
-    return await asyncio.to_thread(_store(request).create, name=name, role=role, via=via, id_token=id_token)
+                         id_token: str | None = None, groups: tuple[str, ...] = ()) -> str:
+    # Of a person's groups the session keeps those some cluster gives a role (group:<name>).
+    wanted = services_of(request).settings.role_groups()
+    kept = tuple(g for g in groups if g in wanted)
+    return await asyncio.to_thread(_store(request).create, name=name, role=role, via=via, id_token=id_token,
+                                   groups=kept)
 
 
 def _with_session(response: Response, request: Request, sid: str) -> Response:
@@ -190,7 +194,8 @@ async def oidc_callback(
         person = await oidc.finish(code=code, verifier=pending.verifier, nonce=pending.nonce)
     except (AuthenticationError, PermissionDenied, IdentityProviderUnavailable) as exc:
         return _page(request, error=exc.message, status_code=exc.http_status)
-    sid = await _start_session(request, name=person.name, role=person.role, via="oidc", id_token=person.id_token)
+    sid = await _start_session(request, name=person.name, role=person.role, via="oidc", id_token=person.id_token,
+                               groups=person.groups)
     response = _with_session(RedirectResponse("/ui", status_code=303), request, sid)
     response.delete_cookie(LOGIN_COOKIE, path="/ui/login")
     return response

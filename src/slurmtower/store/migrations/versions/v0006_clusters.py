@@ -6,7 +6,8 @@ written before this revision, and every row of a one-cluster deployment), the cl
 for the others (``[[clusters]]``). ``node_states`` and ``node_holds`` are keyed by cluster too
 (two clusters may both have an ``n1``). ``deployment`` keeps the default cluster's name
 (``default_cluster``) once several are served, so that a changed default is refused rather
-than served the old default's rows.
+than served the old default's rows. ``web_sessions.groups``: the groups of a signed-on person
+that give a role on some cluster (``[[clusters]] roles``, ``group:<name>``).
 
 Revision ID: 0006_clusters
 Revises: 0005_sessions_tokens
@@ -48,6 +49,8 @@ def upgrade() -> None:
         op.add_column(table, _cluster(), schema=schema)
     op.create_index("ix_events_cluster_id", "events", ["cluster", "id"], schema=schema)
     op.create_index("ix_action_audit_cluster_seq", "action_audit", ["cluster", "seq"], schema=schema)
+    # the groups of a signed-on person that give a role on some cluster
+    op.add_column("web_sessions", sa.Column("groups", sa.JSON(), nullable=True), schema=schema)
     # The keyed tables: the cluster joins the primary key.
     _rekey("node_states", ["cluster", "node"], add=True)
     _rekey("node_holds", ["cluster", "node", "holder"], add=True)
@@ -78,6 +81,8 @@ def downgrade() -> None:
     _rekey("node_holds", ["node", "holder"], add=False)
     _rekey("node_states", ["node"], add=False)
     schema = _schema()
+    with op.batch_alter_table("web_sessions", schema=schema) as batch:
+        batch.drop_column("groups")
     op.drop_index("ix_action_audit_cluster_seq", "action_audit", schema=schema)
     op.drop_index("ix_events_cluster_id", "events", schema=schema)
     for table in ("load_samples", "action_audit", "action_executions", "events"):
