@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 
-from slurmtower.devcluster import DevCluster
+from slurmtower.devcluster import DevCluster, find_slurm_installs, release_cluster_layout
 from slurmtower.devcluster.several import write_clusters_config
 from slurmtower.errors import ConfigError
 from slurmtower.settings import load_settings
@@ -37,6 +38,9 @@ N = int(WORKER.removeprefix("gw") or 0)
 #: The second cluster's ports: clear of the workers' devclusters (26800 + 200 x N), the
 #: scale labs and the release clusters.
 SECOND_PORT_BASE = 28600 + 200 * N
+#: The tower's JWT settings (a site's identity provider, here a key of the test's own).
+JWT_KEY = "clusters-test-" + "k" * 32
+JWT_ISSUER = "https://idp.example"
 
 
 def _sh(cluster: DevCluster, *argv: str, check: bool = True) -> str:
@@ -93,9 +97,12 @@ def tower(devcluster: DevCluster, second: DevCluster) -> Iterator[ServeProcess]:
     """``slurmtower serve`` over both clusters; the second one's readers and operators only
     read it (``max_role = reader``) except the demo operator, an operator there too."""
     state = cluster_state_dir(devcluster, "clusters")
-    config = multi_config(devcluster, second, state, max_role="reader", roles={"demo-admin": "operator"})
+    config = multi_config(devcluster, second, state, max_role="reader",
+                          roles={"demo-admin": "operator", "group:gpu-ops": "operator"})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_ACTIONS__BREAKER_ENABLED="false")
+    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
+               SLURMTOWER_AUTH__JWT_KEY=JWT_KEY, SLURMTOWER_AUTH__JWT_ISSUERS=f'["{JWT_ISSUER}"]',
+               SLURMTOWER_AUTH__JWT_AUDIENCE="slurmtower", SLURMTOWER_AUTH__JWT_ALGORITHMS='["HS256"]')
     serve = ServeProcess(env=env, log_path=state / "serve.log")
     serve.start(timeout=60)
     try:
@@ -301,6 +308,30 @@ def test_a_role_per_cluster_holds(tower: ServeProcess, tokens: dict[str, str], d
         assert refused.status_code == 403 and "(operator)" in refused.json()["detail"]
 
 
+def _jwt(key: str, **claims: Any) -> str:
+    now = int(time.time())
+    return jwt.encode({"iss": JWT_ISSUER, "aud": "slurmtower", "sub": "gina", "iat": now, "exp": now + 300,
+                       **claims}, key, algorithm="HS256")
+
+
+def test_a_role_per_cluster_from_a_jwts_groups(tower: ServeProcess, second: DevCluster) -> None:
+    """gina reads everywhere (her JWT's role); her group gpu-ops makes her an operator on the
+    second cluster only; without the group she reads there too; a JWT signed with another key
+    names nobody."""
+    body = {"nodes": "n2", "reason": "mc group", "dry_run": True}
+    on_second = f"/clusters/{second.cluster_name}/actions/slurm.node.drain"
+    with _as(tower, _jwt(JWT_KEY, role="reader", groups=["hpc", "gpu-ops"])) as gina:
+        assert gina.post(on_second, json=body).status_code == 200
+        refused = gina.post("/actions/slurm.node.drain", json=body)
+        assert refused.status_code == 403 and "gina (reader)" in refused.json()["detail"]
+    with _as(tower, _jwt(JWT_KEY, role="reader", groups=["hpc"])) as plain:
+        assert plain.post(on_second, json=body).status_code == 403
+        assert plain.get(f"/clusters/{second.cluster_name}/queue", params={"limit": 1}).status_code == 200
+    with _as(tower, _jwt("another-key-" + "z" * 32, role="admin", groups=["gpu-ops"])) as forged:
+        assert forged.post(on_second, json=body).status_code == 401
+        assert forged.get("/clusters").status_code == 401
+
+
 def test_bad_cluster_names_are_clear_errors(reader: httpx.Client) -> None:
     r = reader.get("/clusters/nope/queue")
     assert r.status_code == 404 and r.json()["param"] == "cluster" and "nope" in r.json()["detail"]
@@ -391,3 +422,92 @@ def test_the_dashboards_switcher_and_all_clusters_overview_in_chromium(
         page.wait_for_url(f"{tower.url}/ui?cluster={other}")
     finally:
         _sh(second, "scontrol", "update", "nodename=n3", "state=RESUME")
+
+
+def test_a_clusters_role_goes_by_name_then_by_its_highest_group_then_the_cap() -> None:
+    from slurmtower.principal import ANONYMOUS, Principal, role_on_cluster
+
+    roles = {"ann": "reader", "group:ops": "operator", "group:admins": "admin"}
+    ann = Principal(name="ann", role="admin", groups=("admins",))
+    assert role_on_cluster(ann, roles, None).role == "reader"  # her name first
+    bob = Principal(name="bob", role="reader", groups=("ops", "admins", "other"))
+    assert role_on_cluster(bob, roles, "reader").role == "admin"  # the highest of his groups
+    carl = Principal(name="carl", role="operator", groups=("other",))
+    assert role_on_cluster(carl, roles, "reader").role == "reader"  # capped
+    assert role_on_cluster(carl, roles, None).role == "operator"
+    assert role_on_cluster(ANONYMOUS, roles, "reader") is ANONYMOUS
+
+
+# -- a newer release beside 22.05, several processes ------------------------------------------
+
+NEWER = find_slurm_installs()
+
+
+@pytest.mark.skipif(not NEWER, reason="no Slurm besides Debian's 22.05 is installed here (/opt/slurm-*, "
+                                      "$SLURMTOWER_TEST_SLURM_PREFIXES): both clusters run 22.05")
+def test_a_cluster_of_a_newer_release_beside_the_default_one(devcluster: DevCluster, tokens: dict[str, str]) -> None:
+    install = NEWER[-1]
+    root, name, port_base = release_cluster_layout(install)
+    newer = DevCluster(root=root, cluster_name=name, port_base=port_base, slurm_prefix=install.prefix,
+                       log=lambda _m: None)
+    was_up = newer.is_up()
+    newer.up()
+    state = cluster_state_dir(devcluster, "clusters-newer")
+    config = multi_config(devcluster, newer, state)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
+    env.update(SLURMTOWER_CONFIG=str(config))
+    serve = ServeProcess(env=env, log_path=state / "serve.log")
+    serve.start(timeout=60)
+    try:
+        with _as(serve, tokens["reader"]) as http:
+            got = {c["name"]: c["release"] for c in http.get("/clusters").json()["clusters"]}
+            assert got[name] == install.version and got[devcluster.cluster_name].startswith("22.05")
+            nodes = http.get(f"/clusters/{name}/nodes").json()["nodes"]
+            assert sorted(n["name"] for n in nodes) == sorted(_states(newer))
+    finally:
+        serve.stop()
+        if not was_up:
+            newer.down()
+
+
+def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
+        devcluster: DevCluster, second: DevCluster, tower: ServeProcess, pg_store: str) -> None:
+    """Two ``serve`` processes on one PostgreSQL store: the sensor and the archiver of each
+    cluster are led once among them (four roles), and the second cluster's transitions are
+    recorded once whichever process leads its sensor."""
+    state = cluster_state_dir(devcluster, "clusters-two")
+    config = multi_config(devcluster, second, state)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
+    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_STORE_URL=pg_store, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false")
+    tower.stop()  # the module's tower: its triggers out of the way while these two lead
+    procs = [ServeProcess(env=env, log_path=state / f"serve-{i}.log") for i in range(2)]
+    try:
+        for p in procs:
+            p.start(timeout=60)
+        wanted = ["archiver", f"archiver@{second.cluster_name}", "sensor", f"sensor@{second.cluster_name}"]
+
+        def leads() -> list[str] | None:
+            got = [r for p in procs for r in httpx.get(f"{p.url}/ready", timeout=10).json()["leads"]]
+            return sorted(got) if sorted(got) == wanted else None
+
+        wait_for(leads, 30, 0.5, what="each cluster's sensor and archiver led once")
+        token = devcluster.demo_tokens()["reader"]
+        last = max((e["id"] for e in httpx.get(f"{procs[0].url}/events", params={"limit": 1000}, timeout=10,
+                                               headers={"Authorization": f"Bearer {token}"}).json()), default=0)
+        _sh(second, "scontrol", "update", "nodename=n4", "state=DRAIN", "reason=mc two processes")
+        try:
+            def drained() -> list[dict[str, Any]]:
+                evs = httpx.get(f"{procs[1].url}/clusters/{second.cluster_name}/events", timeout=10,
+                                params={"since": last, "node": "n4", "type": "slurm.node.state"},
+                                headers={"Authorization": f"Bearer {token}"}).json()
+                return [e for e in evs if "DRAIN" in e["payload"]["flags"]]
+
+            first = wait_for(drained, 20, 0.2, what="the second cluster's n4 drained, recorded")
+            time.sleep(1.5)  # more polls of both processes: a second record would show
+            assert drained() == first and len(first) == 1 and first[0]["cluster"] == second.cluster_name
+        finally:
+            _sh(second, "scontrol", "update", "nodename=n4", "state=RESUME")
+    finally:
+        for p in procs:
+            p.stop()
+        tower.start(timeout=60)
