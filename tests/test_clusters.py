@@ -10,9 +10,11 @@ the other answers within its bounds.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,6 +266,8 @@ def test_a_drain_on_one_clusters_n1_leaves_the_others_alone_and_is_recorded_with
     with _as(tower, tokens["admin"]) as admin:
         r = admin.post(f"/clusters/{name}/actions/slurm.node.drain", json={"nodes": "n1", "reason": "mc drain"})
         assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
+        execution = admin.get(f"/executions/{r.json()['execution_id']}").json()
+        assert r.json()["cluster"] == execution["cluster"] == name
         try:
             assert "drain" in _states(second)["n1"] and "drain" not in _states(devcluster)["n1"]
             # once the second cluster's snapshot has the drain (a read older than it shows the node in service)
@@ -290,6 +294,42 @@ def test_a_drain_on_one_clusters_n1_leaves_the_others_alone_and_is_recorded_with
             r = admin.post(f"/clusters/{name}/actions/slurm.node.resume", json={"nodes": "n1"})
             assert r.status_code == 200, r.text
     wait_for(lambda: "drain" not in _states(second)["n1"], 20, what="the second cluster's n1 resumed")
+
+
+def test_the_event_stream_filters_by_cluster(tower: ServeProcess, tokens: dict[str, str], devcluster: DevCluster,
+                                             second: DevCluster) -> None:
+    """``/clusters/{name}/events/stream`` carries that cluster's events only: a drain of n3 on
+    both clusters, the second's stream shows the second's alone."""
+    got: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        with httpx.Client(base_url=tower.url, timeout=httpx.Timeout(30, read=20),
+                          headers={"Authorization": f"Bearer {tokens['reader']}"}) as http, \
+                http.stream("GET", f"/clusters/{second.cluster_name}/events/stream") as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    ev = json.loads(line[6:])
+                    if ev["type"] == "slurm.node.state" and ev["node"] == "n3":
+                        got.append(ev)
+                if done.is_set():
+                    return
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    time.sleep(1)  # the stream is open (it starts after the newest event)
+    for cluster in (devcluster, second):
+        _sh(cluster, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc stream")
+    try:
+        wait_for(lambda: any("DRAIN" in e["payload"]["flags"] for e in got), 20, what="the second cluster's n3 on its stream")
+        time.sleep(1.5)  # the default cluster's n3 is recorded meanwhile: it must not show
+        assert {e["cluster"] for e in got} == {second.cluster_name}
+    finally:
+        done.set()
+        for cluster in (devcluster, second):
+            _sh(cluster, "scontrol", "update", "nodename=n3", "state=RESUME")
+    restore_all_nodes(devcluster)
 
 
 def test_a_role_per_cluster_holds(tower: ServeProcess, tokens: dict[str, str], devcluster: DevCluster,

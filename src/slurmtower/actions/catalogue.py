@@ -418,6 +418,7 @@ class Catalogue:
             dry_run=run.dry_run,
             error=error.to_problem() if error is not None else None,
             http_status=200 if error is None else error.http_status,
+            cluster=run.settings.cluster_label() if run.settings is not None else None,
         )
 
     @staticmethod

@@ -57,6 +57,8 @@ class Envelope(BaseModel):
     """False when the action ran (Slurm may have changed) but its outcome could not be
     written to the store: the audit log holds only its ``intent`` record."""
     http_status: int = Field(default=200, exclude=True)
+    cluster: str | None = None
+    """The cluster acted on (``[[clusters]]``); ``None`` in a one-cluster deployment."""
 
 
 class AuditRecord(BaseModel):
