@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import RESULTS, cpu_s, free_port, rpc_delta, rpc_times, rss_mib, tree, wrk  # noqa: E402
+from scale import LAB_DIR, LAB_NAME, RESULTS, cpu_s, free_port, lab_port_base, rpc_delta, rpc_times, rss_mib, tree, wrk  # noqa: E402,I001
 
 from slurmtower.devcluster import DevCluster  # noqa: E402
 from slurmtower.devcluster.several import write_clusters_config  # noqa: E402
@@ -127,10 +127,14 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--jobs", type=int, default=500, help="held jobs in each cluster")
+    ap.add_argument("--lab", action="store_true", help="the second cluster is the 5,000-node scale lab "
+                    "(bench/scale.py's), not a 4-node one")
     args = ap.parse_args()
     first = DevCluster(log=lambda _m: None)
-    second = DevCluster(root=SECOND_DIR, cluster_name=SECOND_NAME, port_base=SECOND_PORT_BASE, nodes=4,
-                        log=lambda _m: None)
+    second = (DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(5000), nodes=5000,
+                         log=lambda _m: None) if args.lab else
+              DevCluster(root=SECOND_DIR, cluster_name=SECOND_NAME, port_base=SECOND_PORT_BASE, nodes=4,
+                         log=lambda _m: None))
     first.up()
     was_up = second.is_up()
     second.up()
@@ -192,19 +196,22 @@ def main() -> None:
              "p99 default /queue?limit=100, 50 clients",
              "the same, the second cluster's slurmctld stopped",
              "the second cluster's /queue meanwhile (time, status)"]
+    second_size = f"{second.node_count:,} nodes" + (" (the scale lab, n1-n4 with slurmd)" if args.lab else "")
     out = [f"# One tower over one and two clusters, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
-           f"Two local clusters (4 nodes each, Debian's Slurm 22.05: no other release installed here), "
+           f"Two local clusters (the default one: 4 nodes; the second: {second_size}; Debian's Slurm 22.05: "
+           f"no other release installed here), "
            f"{args.jobs} held jobs in each; `slurmtower serve` as users run it (reader token, sensor and "
            f"archiver on, access log on); {args.window:g} s windows, wrk -t2 -c50 -d{args.duration:g}s; "
            f"{os.cpu_count()} cores shared by both clusters, the service and the load. "
-           f"Command: `bench/clusters.py --window {args.window:g} --duration {args.duration:g}`.", "",
+           f"Command: `bench/clusters.py --window {args.window:g} --duration {args.duration:g}"
+           f"{' --lab' if args.lab else ''}`.", "",
            "| figure | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
     for i, name in enumerate(names):
         out.append(f"| {name} | " + " | ".join(col[i] for col in rows.values()) + " |")
     text = "\n".join(out) + "\n"
     print(text)
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"clusters-{datetime.now(UTC):%Y-%m-%d}.md"
+    path = RESULTS / f"clusters-{datetime.now(UTC):%Y-%m-%d}{'-lab' if args.lab else ''}.md"
     path.write_text(text)
     log(f"written to {path}")
 
