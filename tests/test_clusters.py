@@ -332,6 +332,29 @@ def test_the_event_stream_filters_by_cluster(tower: ServeProcess, tokens: dict[s
     restore_all_nodes(devcluster)
 
 
+def test_an_alert_posted_for_a_cluster_is_that_clusters_event(tower: ServeProcess, tokens: dict[str, str],
+                                                              reader: httpx.Client, devcluster: DevCluster,
+                                                              second: DevCluster) -> None:
+    """One Alertmanager per cluster, each posting to its cluster's hook: the same alert is an
+    event of each cluster once (a copy re-sent to one cluster is a duplicate there only)."""
+    firing = (Path(__file__).parent / "data" / "alertmanager-firing.json").read_bytes()
+    last = max((e["id"] for e in reader.get("/events", params={"limit": 1000}).json()), default=0)
+    headers = {"Content-Type": "application/json"}
+    with _as(tower, tokens["admin"]) as admin:
+        first = admin.post("/hooks/alertmanager", content=firing, headers=headers).json()
+        theirs = admin.post(f"/clusters/{second.cluster_name}/hooks/alertmanager", content=firing,
+                            headers=headers).json()
+        again = admin.post(f"/clusters/{second.cluster_name}/hooks/alertmanager", content=firing,
+                           headers=headers).json()
+    assert (theirs["recorded"], theirs["duplicates"]) == (2, 0), theirs
+    assert again["recorded"] == 0 and again["duplicates"] == 2
+    events = [e for e in reader.get("/events", params={"since": last, "type": "alert.firing"}).json()]
+    by_cluster = {c: sorted(e["id"] for e in events if e["cluster"] == c)
+                  for c in (devcluster.cluster_name, second.cluster_name)}
+    assert by_cluster[second.cluster_name] == sorted(theirs["events"])
+    assert set(by_cluster[devcluster.cluster_name]) == set(first["events"])
+
+
 def test_a_role_per_cluster_holds(tower: ServeProcess, tokens: dict[str, str], devcluster: DevCluster,
                                   second: DevCluster) -> None:
     body = {"nodes": "n2", "reason": "mc role", "dry_run": True}

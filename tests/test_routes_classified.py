@@ -37,7 +37,8 @@ PER_ACTION = {("POST", "/actions/{name}"), ("POST", "/clusters/{cluster}/actions
 #: Mutating routes that authenticate themselves (HMAC-signed trigger callbacks from Slurm's
 #: notify program, the generic alert webhook) and so declare PUBLIC; they must still refuse
 #: unsigned callers.
-SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}"), ("POST", "/hooks/generic")}
+SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}"), ("POST", "/hooks/generic"),
+                      ("POST", "/clusters/{cluster}/hooks/generic")}
 #: The dashboard's login and logout: public by nature (the login takes its credential in its
 #: body; the logout ends only the caller's own session and needs the CSRF header). Without a
 #: credential they start no session and change nothing (400, or 403 for the missing header).

@@ -59,7 +59,7 @@ ROUTE_MODULES = (
 
 #: The route modules also served per cluster, under ``/clusters/{cluster}`` (their routes take
 #: ``?cluster=`` on their own paths too): what reads or acts on one cluster's Slurm or accounting.
-CLUSTER_ROUTE_MODULES = ("live", "history", "reports", "load", "actions", "events")
+CLUSTER_ROUTE_MODULES = ("live", "history", "reports", "load", "actions", "events", "hooks")
 
 #: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
 ROUTE_PARTS: dict[str, tuple[str, ...]] = {

@@ -43,7 +43,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -391,6 +391,11 @@ def record_alerts(store: Any, alerts: Sequence[ParsedAlert], *, dedupe_window: f
     event loop).
     """
     now = now or datetime.now(UTC)
+    # one cluster's copy of an alert is not another's (a store scoped to a cluster, EventStore.scoped)
+    scope = getattr(store, "cluster", "")
+    if scope:
+        alerts = [replace(a, dedupe_key=f"{scope}:{a.dedupe_key}") if a.dedupe_key is not None else a
+                  for a in alerts]
     keys = sorted({a.dedupe_key for a in alerts if a.dedupe_key is not None})
     seen = _seen(store, keys, now) if keys else set()
     fresh: list[Event] = []

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from slurmtower.api.deps import ServicesDep
+from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import problems
 from slurmtower.api.reads import read_capped
 from slurmtower.api.security import ANONYMOUS, Perm, Principal, authenticate, require
@@ -143,7 +143,7 @@ async def _record(services: Services, store: EventStore, alerts: list[ParsedAler
 
 @router.post("/hooks/alertmanager", openapi_extra=_ALERTMANAGER_BODY,
              responses=problems(400, 401, 403, 404, 413, 429))
-async def alertmanager_hook(request: Request, services: ServicesDep,
+async def alertmanager_hook(request: Request, services: ClusterDep,
                             principal: Annotated[Principal, _may_post_alerts()]) -> dict[str, Any]:
     """Alertmanager's webhook (``webhook_config``): one event per alert (``alert.firing`` /
     ``alert.resolved``, the node from its labels), for rules to match. An ``alerter``,
@@ -178,7 +178,7 @@ def _log_refusal(client: str, exc: Exception) -> None:
 
 @router.post("/hooks/generic", dependencies=[require(Perm.PUBLIC)], openapi_extra=_GENERIC_BODY,
              responses=problems(400, 401, 404, 413))
-async def generic_hook(request: Request, services: ServicesDep) -> dict[str, Any]:
+async def generic_hook(request: Request, services: ClusterDep) -> dict[str, Any]:
     """A signed webhook of alerts (``hooks.generic_secret``): one event per alert, source
     ``webhook``. Unsigned, stale, badly signed or replayed requests: 401."""
     client = request.client.host if request.client else "unknown"
