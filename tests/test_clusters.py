@@ -29,6 +29,7 @@ from slurmtower.devcluster.several import write_clusters_config
 from slurmtower.errors import ConfigError
 from slurmtower.settings import load_settings
 from tests.conftest import WORKER, restore_all_nodes, sh, wait_for
+from tests.redis_helpers import PrivateRedis
 from tests.sensor_helpers import cluster_state_dir
 from tests.serve_helpers import ServeProcess
 from tests.ui_browser import browser, page_as, shoot
@@ -534,14 +535,19 @@ def test_a_cluster_of_a_newer_release_beside_the_default_one(devcluster: DevClus
 
 
 def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
-        devcluster: DevCluster, second: DevCluster, tower: ServeProcess, pg_store: str) -> None:
-    """Two ``serve`` processes on one PostgreSQL store: the sensor and the archiver of each
-    cluster are led once among them (four roles), and the second cluster's transitions are
-    recorded once whichever process leads its sensor."""
+        devcluster: DevCluster, second: DevCluster, tower: ServeProcess, pg_store: str, tmp_path: Path) -> None:
+    """Two ``serve`` processes on one PostgreSQL store and one Redis (a site's prefix): the
+    sensor and the archiver of each cluster are led once among them (four roles), each
+    cluster's snapshot is shared between them under its own key (the same bytes, its own
+    squeue's jobs), and the second cluster's transitions are recorded once whichever process
+    leads its sensor."""
+    redis_server = PrivateRedis(tmp_path)
+    redis_server.start()
     state = cluster_state_dir(devcluster, "clusters-two")
     config = multi_config(devcluster, second, state)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_STORE_URL=pg_store, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false")
+    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_STORE_URL=pg_store, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
+               SLURMTOWER_API__SHARED_CACHE_URL=redis_server.url, SLURMTOWER_API__SHARED_CACHE_PREFIX="mc-test")
     tower.stop()  # the module's tower: its triggers out of the way while these two lead
     procs = [ServeProcess(env=env, log_path=state / f"serve-{i}.log") for i in range(2)]
     try:
@@ -555,6 +561,20 @@ def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
 
         wait_for(leads, 30, 0.5, what="each cluster's sensor and archiver led once")
         token = devcluster.demo_tokens()["reader"]
+        auth = {"Authorization": f"Bearer {token}"}
+        mine = _held_jobs(second, 2, "mc-shared")
+        try:
+            for cluster, path in ((devcluster, "/queue"), (second, f"/clusters/{second.cluster_name}/queue")):
+                def shared(cluster: DevCluster = cluster, path: str = path) -> bool:
+                    got = [httpx.get(f"{p.url}{path}", headers=auth, timeout=10) for p in procs]
+                    ids = [{j["job_id"] for j in r.json()["jobs"]} for r in got]
+                    return got[0].headers["etag"] == got[1].headers["etag"] and ids[0] == ids[1] == _queue_ids(cluster)
+
+                wait_for(shared, 30, 0.5, what=f"{cluster.cluster_name}'s snapshot shared by both processes")
+            keys = {k.decode() for k in redis_server.client().scan_iter("mc-test*")}
+            assert any(k.startswith(f"mc-test:{second.cluster_name}:") for k in keys), sorted(keys)[:10]
+        finally:
+            _sh(second, "scancel", *map(str, mine), check=False)
         last = max((e["id"] for e in httpx.get(f"{procs[0].url}/events", params={"limit": 1000}, timeout=10,
                                                headers={"Authorization": f"Bearer {token}"}).json()), default=0)
         _sh(second, "scontrol", "update", "nodename=n4", "state=DRAIN", "reason=mc two processes")
@@ -573,4 +593,5 @@ def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
     finally:
         for p in procs:
             p.stop()
+        redis_server.stop()
         tower.start(timeout=60)

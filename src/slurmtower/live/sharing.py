@@ -133,12 +133,15 @@ class Pulled:
 
 
 def deployment_prefix(settings: Settings) -> str:
-    """``api.shared_cache_prefix``, or one made from the cluster name and a digest of the store
+    """``api.shared_cache_prefix`` (``:<cluster>`` after it for a deployment's other clusters),
+    or one made from the cluster name and a digest of the store
     URL (password left out) and the hidden partitions: processes that share a store (one
     deployment) share a prefix; two deployments on one Redis never mix, nor do replicas
     configured to hide different partitions."""
     if settings.api.shared_cache_prefix:
-        return settings.api.shared_cache_prefix
+        # several clusters ([[clusters]]): the other clusters' keys under their own names
+        key = settings.cluster_key()
+        return f"{settings.api.shared_cache_prefix}:{key}" if key else settings.api.shared_cache_prefix
 
     store = make_url(settings.effective_store_url()).render_as_string(hide_password=True)
     hidden = ",".join(sorted(settings.api.hidden_partitions))
