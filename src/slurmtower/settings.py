@@ -622,7 +622,10 @@ class Settings(_Section):
 
     def deployment(self) -> Settings:
         """The settings as loaded, every cluster in them (``self`` for a one-cluster file)."""
-        return getattr(self, "_deployment", self)
+        # The instance's own dict: every authenticated request asks (api/security.py), and
+        # pydantic's getattr of an absent private name raises on its way to the default.
+        found: Settings = self.__dict__.get("_deployment", self)
+        return found
 
     def effective_store_url(self) -> str:
         if self.store_url is not None:

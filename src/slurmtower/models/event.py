@@ -80,10 +80,6 @@ class Event(BaseModel):
     def _to_utc(cls, value: datetime) -> datetime:
         return _utc(value)
 
-    def with_id(self, event_id: int) -> Event:
-        """A copy of this event carrying the store-assigned ``event_id``."""
-        return self.model_copy(update={"id": event_id})
-
     def summary(self) -> dict[str, Any]:
         """The event's metadata without its payload (the ``event`` of a rule's context)."""
         return {

@@ -152,10 +152,10 @@ class _ClustersCollector:
     with a ``cluster`` label on its samples when several clusters are served (a one-cluster
     deployment's scrape is unchanged)."""
 
-    def __init__(self, *, multiprocess: bool) -> None:
+    def __init__(self, *, multiprocess: bool, labelled: bool) -> None:
         self.multiprocess = multiprocess
         self.by_name: dict[str, _ClusterCollector] = {}
-        self.labelled = False
+        self.labelled = labelled
 
     def of(self, name: str) -> _ClusterCollector:
         found = self.by_name.get(name)
@@ -303,9 +303,9 @@ class AppMetrics:
                                        buckets=_LATENCY_BUCKETS, registry=self.registry)
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         #: Every cluster's gauges; :attr:`cluster` is the default cluster's.
-        self.clusters = _ClustersCollector(multiprocess=multiprocess)
+        self.clusters = _ClustersCollector(multiprocess=multiprocess,
+                                           labelled=bool(services.settings.deployment().clusters))
         self.cluster = self.clusters.of(services.name_or_default())
-        self.clusters.labelled = bool(services.settings.deployment().clusters)
         self.processes = _ProcessCollector(services, multiprocess=multiprocess)
         self.snapshot_queries: PromCounter | None = None
         self.workers: Gauge | None = None

@@ -80,7 +80,7 @@ async def _release(services: Services) -> str | None:
 
 async def _info(services: Services, default: str) -> ClusterInfo:
     settings = services.settings
-    entry = next((c for c in settings.deployment().clusters if c.name == services.name_or_default()), None)
+    entry = settings.cluster_entry()
     checks, release = await asyncio.gather(services.ready_checks(), _release(services))
     return ClusterInfo(
         name=services.name_or_default(), label=entry.label if entry is not None else None,

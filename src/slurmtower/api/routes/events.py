@@ -183,8 +183,7 @@ async def stream_events(
 ) -> StreamingResponse:
     """Server-Sent Events of new events; resumes after ``Last-Event-ID`` (or ``since``)."""
     store = _store(services)
-    name, is_hidden = await _scope(request, services)
-    shown = None if name is None else name
+    shown, is_hidden = await _scope(request, services)
     types = _types(type_)
     if last_event_id is not None and last_event_id.strip():
         try:
