@@ -751,7 +751,8 @@ def _check_clusters(settings: Settings) -> None:
         raise ConfigError(f"clusters: more than one default ({', '.join(defaults)})", key="clusters")
     confs: dict[str, str] = {}
     ports: dict[int, str] = {}
-    for i, name in enumerate(settings.cluster_names() if settings.clusters else []):
+    for i, entry in enumerate(settings.clusters):  # i: the entry's place in the file, as errors name it
+        name = entry.name
         derived = settings.for_cluster(name)
         where = (f"{derived.slurm.backend}:{derived.slurm.rest_url}" if derived.slurm.backend == "rest"
                  else str(derived.slurm.slurm_conf or "(default slurm.conf)"))
