@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import LAB_DIR, LAB_NAME, RESULTS, cpu_s, free_port, lab_port_base, rpc_delta, rpc_times, rss_mib, tree, wrk  # noqa: E402,I001
+from scale import LAB_DIR, LAB_NAME, RESULTS, Serve, cpu_s, lab_port_base, rpc_delta, rpc_times, rss_mib, tree, wrk  # noqa: E402
 
 from slurmtower.devcluster import DevCluster  # noqa: E402
 from slurmtower.devcluster.several import write_clusters_config  # noqa: E402
@@ -63,43 +63,6 @@ def hold_jobs(cluster: DevCluster, count: int) -> None:
 
 def cancel(cluster: DevCluster) -> None:
     subprocess.run(["scancel", "-n", NAME], capture_output=True, env=cluster.command_env(), check=False)
-
-
-class Serve:
-    def __init__(self, config: Path, state: Path, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-        env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_STATE_DIR=str(state))
-        self.log = open(state / "serve.log", "ab")  # noqa: SIM115 - closed in stop()
-        entry = "import sys; from slurmtower.cli import main; sys.argv[0] = 'slurmtower'; sys.exit(main())"
-        self.proc = subprocess.Popen([sys.executable, "-c", entry, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def ready(self, headers: dict[str, str], paths: list[str], timeout: float = 120) -> None:
-        end = time.monotonic() + timeout
-        with httpx.Client(base_url=self.url, timeout=30, headers=headers) as http:
-            for path in paths:
-                while True:
-                    if self.proc.poll() is not None:
-                        raise SystemExit(f"serve exited ({self.proc.returncode}): {self.log.name}")
-                    try:
-                        if http.get(path).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > end:
-                        raise SystemExit(f"no 200 from {path}")
-                    time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.log.close()
 
 
 def window(serve: Serve, headers: dict[str, str], clusters: list[DevCluster], polled: list[str],
@@ -148,13 +111,11 @@ def main() -> None:
             state = first.root / "slurmtower" / f"bench-clusters-{len(clusters)}"
             subprocess.run(["rm", "-rf", str(state)], check=True)
             state.mkdir(parents=True)
-            os.chmod(state, 0o755)  # noqa: S103 - the sensor's notify program runs as SlurmUser
-            config = first.tower_conf if len(clusters) == 1 else write_clusters_config(
-                state / "clusters.yaml", clusters, state)
-            serve = Serve(config, state, free_port())
+            config = None if len(clusters) == 1 else write_clusters_config(state / "clusters.yaml", clusters, state)
+            serve = Serve(first, state, access_log=True, config=config)  # bench/scale.py's: as users run it
             try:
                 polled = ["/queue"] + [f"/clusters/{c.cluster_name}/queue" for c in clusters[1:]]
-                serve.ready(headers, ["/ready", *polled])
+                serve.wait_ready(headers, more=polled[1:])
                 log(f"{label}: a {args.window:g} s window, one poller per cluster ...")
                 w = window(serve, headers, clusters, polled, args.window)
                 log(f"{label}: p99 of the default cluster's /queue?limit=100 ...")

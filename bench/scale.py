@@ -52,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -408,13 +408,16 @@ _ENTRY = "import sys; from slurmtower.cli import main; sys.argv[0] = 'slurmtower
 class Serve:
     """``slurmtower serve`` as users run it, against the lab (own state dir, own port)."""
 
-    def __init__(self, cluster: DevCluster, state_dir: Path, *, access_log: bool, stripped: bool = False) -> None:
+    def __init__(self, cluster: DevCluster, state_dir: Path, *, access_log: bool, stripped: bool = False,
+                 config: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(state_dir, 0o755)  # noqa: S103 - the sensor's notify program runs as SlurmUser
         env = cluster.command_env()
         env["SLURMTOWER_STATE_DIR"] = str(state_dir)
+        if config is not None:  # another configuration than the cluster's (bench/clusters.py: [[clusters]])
+            env["SLURMTOWER_CONFIG"] = str(config)
         if stripped:
             env.update({"SLURMTOWER_AUTH__ANONYMOUS_READ": "true", "SLURMTOWER_EVENTS__SENSOR_ENABLED": "false",
                         "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": "false"})
@@ -429,12 +432,14 @@ class Serve:
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,  # noqa: S603
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def wait_ready(self, headers: dict[str, str], timeout: float = 180) -> tuple[float, float]:
-        """Seconds from the start to /ready 200 and to the first /queue 200."""
+    def wait_ready(self, headers: dict[str, str], timeout: float = 180,
+                   more: Sequence[str] = ()) -> tuple[float, float]:
+        """Seconds from the start to /ready 200 and to the first /queue 200 (then ``more``
+        paths answer 200 too)."""
         ready = first_queue = float("nan")
         end = self.started + timeout
         with httpx.Client(base_url=self.url, timeout=30) as http:
-            for path in ("/ready", "/queue"):
+            for path in ("/ready", "/queue", *more):
                 while True:
                     if self.proc.poll() is not None:
                         raise SystemExit(f"slurmtower serve exited ({self.proc.returncode}): see {self.log_path}")
@@ -449,7 +454,7 @@ class Serve:
                 took = time.perf_counter() - self.started
                 if path == "/ready":
                     ready = took
-                else:
+                elif path == "/queue":
                     first_queue = took
         return ready, first_queue
 
