@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from slurmtower.devcluster import DevCluster, find_slurm_installs, release_clust
 from slurmtower.devcluster.several import write_clusters_config
 from slurmtower.errors import ConfigError
 from slurmtower.settings import load_settings
-from tests.conftest import WORKER, restore_all_nodes, sh, wait_for
+from tests.conftest import WORKER, restore_all_nodes, scale_sh, sh, wait_for
 from tests.redis_helpers import PrivateRedis
 from tests.sensor_helpers import cluster_state_dir
 from tests.serve_helpers import ServeProcess
@@ -46,27 +45,19 @@ JWT_KEY = "clusters-test-" + "k" * 32
 JWT_ISSUER = "https://idp.example"
 
 
-def _sh(cluster: DevCluster, *argv: str, check: bool = True) -> str:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False,
-                          env=cluster.command_env())
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{argv} on {cluster.cluster_name} failed: {proc.stderr}")
-    return proc.stdout
-
-
 def _states(cluster: DevCluster) -> dict[str, str]:
-    out = _sh(cluster, "sinfo", "-h", "-N", "-o", "%N %T")
+    out = scale_sh(cluster, "sinfo", "-h", "-N", "-o", "%N %T")
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
 def _queue_ids(cluster: DevCluster) -> set[int]:
-    return {int(x) for x in _sh(cluster, "squeue", "-h", "-r", "-t", "all", "-o", "%A").split()}
+    return {int(x) for x in scale_sh(cluster, "squeue", "-h", "-r", "-t", "all", "-o", "%A").split()}
 
 
 def _held_jobs(cluster: DevCluster, count: int, name: str) -> list[int]:
     ids = []
     for _ in range(count):
-        out = _sh(cluster, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-H", "-J", name,
+        out = scale_sh(cluster, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-H", "-J", name,
                   "-o", "/dev/null", "-D", "/tmp", "--wrap", "sleep 600")
         ids.append(int(out.strip().split(";")[0]))
     return ids
@@ -80,6 +71,13 @@ def multi_config(first: DevCluster, second: DevCluster, state_dir: Path, **secon
                                  events={"poll_interval": 0.5}, actions={"breaker_enabled": False})
 
 
+def tower_env(config: Path, **settings: str) -> dict[str, str]:
+    """This process's environment without slurmtower's, prometheus_client's or Slurm's own
+    variables, pointed at ``config`` (each cluster's SLURM_CONF is in it), plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
+    return {**env, "SLURMTOWER_CONFIG": str(config), **settings}
+
+
 @pytest.fixture(scope="module")
 def second(devcluster: DevCluster) -> Iterator[DevCluster]:
     """A second local cluster, 4 nodes, brought up for this module and stopped after it."""
@@ -87,11 +85,11 @@ def second(devcluster: DevCluster) -> Iterator[DevCluster]:
                          cluster_name=f"second{N or ''}", port_base=SECOND_PORT_BASE, nodes=4,
                          log=lambda _m: None)
     cluster.up()
-    _sh(cluster, "scancel", "-u", "alice", check=False)
+    scale_sh(cluster, "scancel", "-u", "alice", check=False)
     try:
         yield cluster
     finally:
-        _sh(cluster, "scancel", "-u", "alice", check=False)
+        scale_sh(cluster, "scancel", "-u", "alice", check=False)
         cluster.down()
 
 
@@ -102,8 +100,7 @@ def tower(devcluster: DevCluster, second: DevCluster) -> Iterator[ServeProcess]:
     state = cluster_state_dir(devcluster, "clusters")
     config = multi_config(devcluster, second, state, max_role="reader",
                           roles={"demo-admin": "operator", "group:gpu-ops": "operator"})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
+    env = tower_env(config, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
                SLURMTOWER_AUTH__JWT_KEY=JWT_KEY, SLURMTOWER_AUTH__JWT_ISSUERS=f'["{JWT_ISSUER}"]',
                SLURMTOWER_AUTH__JWT_AUDIENCE="slurmtower", SLURMTOWER_AUTH__JWT_ALGORITHMS='["HS256"]')
     serve = ServeProcess(env=env, log_path=state / "serve.log")
@@ -226,22 +223,22 @@ def test_each_clusters_queue_and_nodes_agree_with_its_own_squeue_and_sinfo(
         # filters and pages are the cluster's own
         page = reader.get(f"/clusters/{second.cluster_name}/queue",
                           params={"name": "mc-second", "state": "PENDING", "limit": 2}).json()
-        pending = _sh(second, "squeue", "-h", "-n", "mc-second", "-t", "PD", "-o", "%A").split()
+        pending = scale_sh(second, "squeue", "-h", "-n", "mc-second", "-t", "PD", "-o", "%A").split()
         assert page["count"] == len(pending) == 3 and page["returned"] == 2
         for cluster in (devcluster, second):
             nodes = reader.get("/nodes", params={"cluster": cluster.cluster_name}).json()["nodes"]
             assert sorted(n["name"] for n in nodes) == sorted(_states(cluster))
     finally:
-        _sh(second, "scancel", *map(str, mine), check=False)
+        scale_sh(second, "scancel", *map(str, mine), check=False)
 
 
 def test_each_clusters_history_is_its_own_sacct(reader: httpx.Client, devcluster: DevCluster,
                                                 second: DevCluster) -> None:
-    job = int(_sh(second, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-J", "mc-history",
+    job = int(scale_sh(second, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "-J", "mc-history",
                   "-o", "/dev/null", "-D", "/tmp", "--wrap", "true").strip().split(";")[0])
 
     def recorded() -> bool:
-        out = _sh(second, "sacct", "-n", "-X", "-P", "-o", "JobIDRaw,State", "-j", str(job))
+        out = scale_sh(second, "sacct", "-n", "-X", "-P", "-o", "JobIDRaw,State", "-j", str(job))
         return "COMPLETED" in out
 
     wait_for(recorded, 60, 0.5, what=f"job {job} completed in the second cluster's accounting")
@@ -321,7 +318,7 @@ def test_the_event_stream_filters_by_cluster(tower: ServeProcess, tokens: dict[s
     thread.start()
     time.sleep(1)  # the stream is open (it starts after the newest event)
     for cluster in (devcluster, second):
-        _sh(cluster, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc stream")
+        scale_sh(cluster, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc stream")
     try:
         wait_for(lambda: any("DRAIN" in e["payload"]["flags"] for e in got), 20, what="the second cluster's n3 on its stream")
         time.sleep(1.5)  # the default cluster's n3 is recorded meanwhile: it must not show
@@ -329,7 +326,7 @@ def test_the_event_stream_filters_by_cluster(tower: ServeProcess, tokens: dict[s
     finally:
         done.set()
         for cluster in (devcluster, second):
-            _sh(cluster, "scontrol", "update", "nodename=n3", "state=RESUME")
+            scale_sh(cluster, "scontrol", "update", "nodename=n3", "state=RESUME")
     restore_all_nodes(devcluster)
 
 
@@ -447,7 +444,7 @@ def test_one_cluster_frozen_the_other_answers_within_its_bounds(reader: httpx.Cl
 
 
 def _cpus(cluster: DevCluster) -> str:
-    alloc, _idle, _other, total = _sh(cluster, "sinfo", "-h", "-o", "%C").split()[0].split("/")
+    alloc, _idle, _other, total = scale_sh(cluster, "sinfo", "-h", "-o", "%C").split()[0].split("/")
     return f"{alloc} / {total}"
 
 
@@ -456,7 +453,7 @@ def test_the_dashboards_switcher_and_all_clusters_overview_in_chromium(
         tower: ServeProcess, browser: Any, tokens: dict[str, str], devcluster: DevCluster,  # noqa: F811
         second: DevCluster) -> None:
     first, other = devcluster.cluster_name, second.cluster_name
-    _sh(second, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc browser")
+    scale_sh(second, "scontrol", "update", "nodename=n3", "state=DRAIN", "reason=mc browser")
     try:
         page = page_as(browser, tower.url, tokens["reader"])
         assert page.locator("#cluster-switch option").all_inner_texts() == [first, other]
@@ -485,7 +482,7 @@ def test_the_dashboards_switcher_and_all_clusters_overview_in_chromium(
         page.click(f'tr[data-cluster="{other}"] th a')
         page.wait_for_url(f"{tower.url}/ui?cluster={other}")
     finally:
-        _sh(second, "scontrol", "update", "nodename=n3", "state=RESUME")
+        scale_sh(second, "scontrol", "update", "nodename=n3", "state=RESUME")
 
 
 def test_a_clusters_role_goes_by_name_then_by_its_highest_group_then_the_cap() -> None:
@@ -518,8 +515,7 @@ def test_a_cluster_of_a_newer_release_beside_the_default_one(devcluster: DevClus
     newer.up()
     state = cluster_state_dir(devcluster, "clusters-newer")
     config = multi_config(devcluster, newer, state)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-    env.update(SLURMTOWER_CONFIG=str(config))
+    env = tower_env(config)
     serve = ServeProcess(env=env, log_path=state / "serve.log")
     serve.start(timeout=60)
     try:
@@ -545,8 +541,7 @@ def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
     redis_server.start()
     state = cluster_state_dir(devcluster, "clusters-two")
     config = multi_config(devcluster, second, state)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMTOWER_", "PROMETHEUS_", "SLURM_CONF"))}
-    env.update(SLURMTOWER_CONFIG=str(config), SLURMTOWER_STORE_URL=pg_store, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
+    env = tower_env(config, SLURMTOWER_STORE_URL=pg_store, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
                SLURMTOWER_API__SHARED_CACHE_URL=redis_server.url, SLURMTOWER_API__SHARED_CACHE_PREFIX="mc-test")
     tower.stop()  # the module's tower: its triggers out of the way while these two lead
     procs = [ServeProcess(env=env, log_path=state / f"serve-{i}.log") for i in range(2)]
@@ -574,10 +569,10 @@ def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
             keys = {k.decode() for k in redis_server.client().scan_iter("mc-test*")}
             assert any(k.startswith(f"mc-test:{second.cluster_name}:") for k in keys), sorted(keys)[:10]
         finally:
-            _sh(second, "scancel", *map(str, mine), check=False)
+            scale_sh(second, "scancel", *map(str, mine), check=False)
         last = max((e["id"] for e in httpx.get(f"{procs[0].url}/events", params={"limit": 1000}, timeout=10,
                                                headers={"Authorization": f"Bearer {token}"}).json()), default=0)
-        _sh(second, "scontrol", "update", "nodename=n4", "state=DRAIN", "reason=mc two processes")
+        scale_sh(second, "scontrol", "update", "nodename=n4", "state=DRAIN", "reason=mc two processes")
         try:
             def drained() -> list[dict[str, Any]]:
                 evs = httpx.get(f"{procs[1].url}/clusters/{second.cluster_name}/events", timeout=10,
@@ -589,7 +584,7 @@ def test_two_processes_over_two_clusters_elect_one_leader_per_cluster_and_role(
             time.sleep(1.5)  # more polls of both processes: a second record would show
             assert drained() == first and len(first) == 1 and first[0]["cluster"] == second.cluster_name
         finally:
-            _sh(second, "scontrol", "update", "nodename=n4", "state=RESUME")
+            scale_sh(second, "scontrol", "update", "nodename=n4", "state=RESUME")
     finally:
         for p in procs:
             p.stop()
