@@ -4,21 +4,16 @@ from the command line."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app, cluster_settings
+from slurmtower.cli.app import ClusterOpt, ConfigOpt, app, cluster_settings
 from slurmtower.errors import InvalidInput
 
 __all__ = ["actions_app"]
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="yaml or json (text too for listings).")]
-ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Which cluster of [[clusters]] (default: the "
-                                                "default cluster).")]
 
 actions_app = typer.Typer(help="List the actions and their parameters.", invoke_without_command=True)
 app.add_typer(actions_app, name="actions")

@@ -4,14 +4,14 @@ point, where library errors become exit codes, is :mod:`slurmtower.cli.main`).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
     from slurmtower.settings import Settings
 
-__all__ = ["app", "fail", "load_settings"]
+__all__ = ["ClusterOpt", "ConfigOpt", "app", "cluster_settings", "event_store", "fail", "load_settings"]
 
 app = typer.Typer(
     name="slurmtower",
@@ -47,11 +47,34 @@ def load_settings(path: str | Path | None = None) -> Settings:
     return load(path)
 
 
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
+                                                envvar="SLURMTOWER_CONFIG")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Which cluster of [[clusters]] (default: the "
+                                                "default cluster).")]
+
+
 def cluster_settings(path: str | Path | None, cluster: str | None) -> Settings:
     """The settings of ``cluster`` (``--cluster``; the default cluster without it) of the
     configuration at ``path``; a :class:`~slurmtower.errors.ConfigError` names an unknown one."""
     settings = load_settings(path)
-    return settings.for_cluster(cluster or settings.cluster_names()[0])
+    names = settings.cluster_names()
+    if cluster is not None and cluster not in names:
+        from slurmtower.errors import ConfigError  # deferred: CLI startup
+
+        raise ConfigError(f"--cluster {cluster[:60]!r}: no such cluster (clusters: {', '.join(names)})",
+                          key="clusters")
+    return settings.for_cluster(cluster or names[0])
+
+
+def event_store(settings: Settings, cluster: str | None) -> Any:
+    """The event store of ``settings``' deployment, writing for ``cluster`` (the settings of
+    :func:`cluster_settings`) and naming each event's cluster."""
+    from slurmtower.events.store import EventStore  # deferred: CLI startup
+
+    deployment = settings.deployment()
+    store = EventStore(settings.effective_store_url(),
+                       default_cluster=deployment.cluster_names()[0] if deployment.clusters else None)
+    return store.scoped(settings.cluster_key())
 
 
 def fail(message: str, code: int = 2) -> None:

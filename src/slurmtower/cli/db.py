@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from slurmtower.cli.app import app, load_settings
+from slurmtower.cli.app import ConfigOpt, app, load_settings
 
 __all__ = ["db_app"]
 
 db_app = typer.Typer(help="slurmtower's own store: its schema revision, upgrades.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text or json")]
 
 

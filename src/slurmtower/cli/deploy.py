@@ -10,12 +10,10 @@ from typing import Annotated
 
 import typer
 
-from slurmtower.cli.app import app, fail, load_settings
+from slurmtower.cli.app import ConfigOpt, app, fail, load_settings
 
 __all__ = ["doctor", "init"]
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text or json")]
 
 
@@ -83,18 +81,20 @@ def doctor(
     config: ConfigOpt = None,
     check: Annotated[list[str] | None, typer.Option("--check", help="Run only this check (repeatable).")] = None,
     output: OutputOpt = "text",
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster's checks (of [[clusters]]; "
+                                                "default: every cluster's).")] = None,
 ) -> None:
-    """Check the deployment as the service's user: one line per check with its fix; exit 1
-    when a check fails (warnings do not)."""
+    """Check the deployment as the service's user: one line per check with its fix (each
+    cluster's, named, with ``[[clusters]]``); exit 1 when a check fails (warnings do not)."""
     from slurmtower.deploy.doctor import CHECKS, doctor_failed, run_checks  # deferred: CLI startup
 
     unknown = [c for c in check or [] if c not in CHECKS]
     if unknown:
         fail(f"no check {unknown[0]!r}; the checks: {', '.join(CHECKS)}")
-    results = run_checks(load_settings(config), only=check)
+    results = run_checks(load_settings(config), only=check, cluster=cluster)
     if output == "json":
-        typer.echo(json.dumps([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix}
-                               for r in results], indent=2))
+        typer.echo(json.dumps([{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix,
+                                "cluster": r.cluster} for r in results], indent=2))
     else:
         for r in results:
             typer.echo(r.line())

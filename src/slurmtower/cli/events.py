@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app, load_settings
+from slurmtower.cli.app import ClusterOpt, ConfigOpt, app, cluster_settings, event_store, load_settings
 from slurmtower.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -23,8 +23,6 @@ __all__ = ["parse_since", "rules_app"]
 rules_app = typer.Typer(help="Event rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -54,7 +52,8 @@ def parse_since(text: str, *, now: datetime | None = None) -> tuple[int | None, 
 def _describe(event: Any) -> str:
     p = event.payload
     when = event.time.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    head = f"{event.id:>6}  {when}  {event.type:<32} {event.source:<8}"
+    where = f" [{event.cluster}]" if event.cluster else ""
+    head = f"{event.id:>6}  {when}  {event.type:<32} {event.source:<8}{where}"
     if event.type == "slurm.node.state":
         before = "+".join([p.get("previous_state") or "-", *p.get("previous_flags", [])])
         after = "+".join([p.get("state") or "-", *p.get("flags", [])])
@@ -80,16 +79,17 @@ def events_cmd(
     limit: Annotated[int, typer.Option(help="At most this many past events.", min=1, max=10000)] = 50,
     output: Annotated[str, typer.Option("--output", "-o", help="text or json (one object a line)")] = "text",
     interval: Annotated[float, typer.Option(help="Seconds between reads with --follow.", min=0.05)] = 0.5,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster's events (of [[clusters]]; "
+                                                "default: every cluster's).")] = None,
 ) -> None:
     """Print events from the event store (newest ``--limit`` unless ``--since``)."""
-    from slurmtower.events.store import EventStore  # deferred: CLI startup
-
     if output not in ("text", "json"):
         raise InvalidInput(f"--output {output!r}: use text or json", param="output")
-    settings = load_settings(config)
+    settings = cluster_settings(config, cluster)
     since_id, start = parse_since(since) if since else (None, None)
     types = [t for item in type_ or [] for t in item.split(",") if t] or None
-    store = EventStore(settings.effective_store_url())
+    store = event_store(settings, cluster)
+    scope = {"own": True} if cluster is not None else {}
 
     def emit(events: list[Any]) -> None:
         for ev in events:
@@ -99,9 +99,9 @@ def events_cmd(
                 typer.echo(_describe(ev))
 
     if since is None:
-        events = list(reversed(store.query(types=types, node=node, limit=limit, descending=True)))
+        events = list(reversed(store.query(types=types, node=node, limit=limit, descending=True, **scope)))
     else:
-        events = store.query(since_id=since_id, start=start, types=types, node=node, limit=limit)
+        events = store.query(since_id=since_id, start=start, types=types, node=node, limit=limit, **scope)
     emit(events)
     if not follow:
         return
@@ -110,7 +110,7 @@ def events_cmd(
     try:
         while True:
             time.sleep(interval)
-            new = store.query(since_id=position, types=types, node=node, limit=1000)
+            new = store.query(since_id=position, types=types, node=node, limit=1000, **scope)
             if new:
                 emit(new)
                 last = new[-1].id
@@ -127,6 +127,7 @@ def alert_cmd(
                                          "or generic (an alert, or {\"alerts\": [...]})")] = "alertmanager",
     config: ConfigOpt = None,
     output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text",
+    cluster: ClusterOpt = None,
 ) -> None:
     """Record alerts as events, as ``POST /hooks/alertmanager`` and ``/hooks/generic`` do (one
     ``alert.firing`` / ``alert.resolved`` event per alert, its node from the labels, copies
@@ -139,13 +140,11 @@ def alert_cmd(
         record_alerts,
         recorded_summary,
     )
-    from slurmtower.events.store import EventStore  # deferred: CLI startup
-
     if format_ not in ("alertmanager", "generic"):
         raise InvalidInput(f"--format {format_!r}: use alertmanager or generic", param="format")
     if output not in ("text", "json"):
         raise InvalidInput(f"--output {output!r}: use text or json", param="output")
-    settings = load_settings(config)
+    settings = cluster_settings(config, cluster)
     limit = settings.hooks.max_body_bytes
     try:
         if file == "-":
@@ -160,7 +159,7 @@ def alert_cmd(
     data = parse_json_body(body)
     parse = parse_alertmanager if format_ == "alertmanager" else parse_generic
     alerts = parse(data, hooks=settings.hooks)
-    store = EventStore(settings.effective_store_url())
+    store = event_store(settings, cluster)
     try:
         stored, duplicates = record_alerts(store, alerts, dedupe_window=settings.hooks.dedupe_window)
     finally:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from slurmtower.cli.app import app
+from slurmtower.cli.app import ClusterOpt, ConfigOpt, app, cluster_settings
 
 __all__ = ["config_app"]
 
 config_app = typer.Typer(help="Inspect slurmtower's configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 
 
 @app.command()
@@ -44,16 +41,16 @@ def config_show(config: ConfigOpt = None,
 
 @app.command()
 def info(config: ConfigOpt = None,
-         output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text") -> None:
-    """Print the Slurm version, the backend in use and its capabilities, slurmrestd's API versions
-    (where one is configured); warn (stderr) when the REST API version in use is deprecated."""
-    from slurmtower.settings import load_settings  # deferred: CLI startup
+         output: Annotated[str, typer.Option("--output", "-o", help="text or json")] = "text",
+         cluster: ClusterOpt = None) -> None:
+    """Print the cluster, its Slurm version, the backend in use and its capabilities, slurmrestd's
+    API versions (where one is configured); warn (stderr) when the REST API version in use is deprecated."""
     from slurmtower.slurm import make_client  # deferred: CLI startup
     from slurmtower.slurm.info import cluster_info  # deferred: CLI startup
 
-    settings = load_settings(config)
-    settings = settings.for_cluster(settings.cluster_names()[0])  # the default cluster's Slurm
+    settings = cluster_settings(config, cluster)  # the cluster's Slurm (the default cluster's without one)
     caps, warnings = cluster_info(settings, make_client(settings))
+    caps = {"cluster": settings.cluster_name or settings.cluster_names()[0], **caps}
     for warning in warnings:
         typer.echo(f"slurmtower: warning: {warning}", err=True)
     if output == "json":

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from slurmtower.cli.app import app, fail, load_settings
+from slurmtower.cli.app import ClusterOpt, ConfigOpt, app, cluster_settings, fail
 
 __all__ = ["report_app"]
 
@@ -18,8 +18,6 @@ report_app = typer.Typer(help="Usage reports from slurmdbd's accounting: usage, 
                          no_args_is_help=True)
 app.add_typer(report_app, name="report")
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML or YAML).",
-                                                envvar="SLURMTOWER_CONFIG")]
 Start = Annotated[str, typer.Option("--start", help="ISO 8601 (naive = UTC) or Unix seconds.")]
 End = Annotated[str, typer.Option("--end", help="ISO 8601 (naive = UTC) or Unix seconds.")]
 Output = Annotated[str, typer.Option("--output", "-o", help="table, json or csv")]
@@ -27,7 +25,7 @@ Names = Annotated[str | None, typer.Option(help="Comma-separated names: only the
 Top = Annotated[int | None, typer.Option(help="Only the N largest groups.")]
 
 
-def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) -> None:
+def _run(kind: str, config: Path | None, output: str, params: dict[str, Any], cluster: str | None = None) -> None:
     if output not in ("table", "json", "csv"):
         fail(f"--output must be table, json or csv, not {output[:60]!r}")
     from slurmtower.principal import ADMIN, Principal  # deferred: CLI startup
@@ -41,11 +39,11 @@ def _run(kind: str, config: Path | None, output: str, params: dict[str, Any]) ->
     )
     from slurmtower.visibility import Visibility  # deferred: CLI startup
 
-    settings = load_settings(config)
+    settings = cluster_settings(config, cluster)
     given = {k: str(v) for k, v in params.items() if v is not None}
     query = parse_report(kind, given)
-    services = Services.from_settings(settings)
-    policy = Visibility.from_settings(services.settings)  # the default cluster's (hidden partitions)
+    services = Services.for_cluster(settings)
+    policy = Visibility.from_settings(services.settings)  # the cluster's (hidden partitions)
     wanted = wanted_partitions(given) if kind == "availability" else ()
     partitions = policy.partitions(services.client.partitions()) if kind == "availability" else []
     report = run_report(services.reports(), query, Principal(name=getpass.getuser(), role=ADMIN, via="cli"),
@@ -76,6 +74,7 @@ def _table(rows: list[dict[str, Any]], source: str, notes: list[str]) -> None:
 
 @report_app.command("usage")
 def usage(start: Start, end: End, config: ConfigOpt = None, output: Output = "table",
+          cluster: ClusterOpt = None,
           period: Annotated[str | None, typer.Option(help="hour, day, week, month or range (default).")] = None,
           group_by: Annotated[str | None, typer.Option(help="cluster, account (default), user, account+user, "
                                                        "partition or qos.")] = None,
@@ -85,32 +84,36 @@ def usage(start: Start, end: End, config: ConfigOpt = None, output: Output = "ta
           rollup: Annotated[str | None, typer.Option(help="auto (default), hour, day or month.")] = None) -> None:
     """Usage per group and period in TRES-hours, as sreport counts it."""
     _run("usage", config, output, {"start": start, "end": end, "period": period, "group_by": group_by,
-                                   "tres": tres, "top": top, "users": users, "accounts": accounts, "rollup": rollup})
+                                   "tres": tres, "top": top, "users": users, "accounts": accounts,
+                                   "rollup": rollup}, cluster)
 
 
 @report_app.command("efficiency")
 def efficiency(start: Start, end: End, config: ConfigOpt = None, output: Output = "table",
+               cluster: ClusterOpt = None,
                group_by: Annotated[str | None, typer.Option(help="user (default), account or account+user.")] = None,
                top: Top = None, users: Names = None, accounts: Names = None) -> None:
     """CPU and memory efficiency (as seff counts it) of the jobs that ended in the range."""
     _run("efficiency", config, output, {"start": start, "end": end, "group_by": group_by, "top": top,
-                                        "users": users, "accounts": accounts})
+                                        "users": users, "accounts": accounts}, cluster)
 
 
 @report_app.command("waits")
 def waits(start: Start, end: End, config: ConfigOpt = None, output: Output = "table",
+          cluster: ClusterOpt = None,
           size_buckets: Annotated[str | None, typer.Option(help="Lower CPU bounds after the first "
                                                            "(default 50,250,500,1000).")] = None,
           partitions: Names = None, accounts: Names = None) -> None:
     """Wait times and job sizes per partition and account."""
     _run("waits", config, output, {"start": start, "end": end, "size_buckets": size_buckets,
-                                   "partitions": partitions, "accounts": accounts})
+                                   "partitions": partitions, "accounts": accounts}, cluster)
 
 
 @report_app.command("availability")
 def availability(start: Start, end: End, config: ConfigOpt = None, output: Output = "table",
+                 cluster: ClusterOpt = None,
                  partitions: Names = None,
                  top_reasons: Annotated[int | None, typer.Option(help="Reasons per row (default 10).")] = None) -> None:
     """Down and drained node-hours per partition and node, the costliest reasons first."""
     _run("availability", config, output, {"start": start, "end": end, "partitions": partitions,
-                                          "top_reasons": top_reasons})
+                                          "top_reasons": top_reasons}, cluster)

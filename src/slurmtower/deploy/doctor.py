@@ -15,7 +15,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.deploy.discover import DEFAULT_SLURM_CONF, read_conf
 from slurmtower.deploy.releases import judge_release
-from slurmtower.errors import SlurmError, SlurmtowerError
+from slurmtower.errors import ConfigError, SlurmError, SlurmtowerError
 from slurmtower.models.config import ClusterConfig
 from slurmtower.settings import Settings
 from slurmtower.slurm.cli_backend import CliSlurmClient
@@ -34,7 +34,7 @@ from slurmtower.store.engine import make_store_engine, sqlite_file
 from slurmtower.store.migrate import UPGRADE_COMMAND, current_state
 from slurmtower.store.schema import VERSION_TABLE
 
-__all__ = ["CHECKS", "CheckResult", "Status", "doctor_failed", "run_checks"]
+__all__ = ["CHECKS", "DEPLOYMENT_CHECKS", "CheckResult", "Status", "doctor_failed", "run_checks"]
 
 Status = Literal["ok", "warn", "fail", "skip"]
 #: A node name no cluster has: strigger's answer to it tells whether we may set triggers.
@@ -50,11 +50,15 @@ class CheckResult:
     status: Status
     detail: str
     fix: str | None = None
+    cluster: str | None = None
+    """The ``[[clusters]]`` entry checked (``None``: the deployment's, or its one cluster)."""
 
     def line(self) -> str:
-        """The check as one line: ``FAIL store: ... -> fix: ...``."""
+        """The check as one line: ``FAIL store: ... -> fix: ...`` (``FAIL slurmctld [gpu]: ...``
+        for one cluster of several)."""
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}[self.status]
-        return f"{mark} {self.name}: {self.detail}" + (f" -> fix: {self.fix}" if self.fix else "")
+        where = f" [{self.cluster}]" if self.cluster else ""
+        return f"{mark} {self.name}{where}: {self.detail}" + (f" -> fix: {self.fix}" if self.fix else "")
 
 
 @dataclass
@@ -428,22 +432,46 @@ CHECKS: dict[str, Callable[[_Context], CheckResult]] = {
 }
 
 
+#: The checks of the deployment as a whole (one store, one listening API); the others are run
+#: once per cluster of ``[[clusters]]`` (its Slurm, munge, accounting, sensor and clock).
+DEPLOYMENT_CHECKS = frozenset({"store", "tls-proxy"})
+
+
 def run_checks(settings: Settings, *, only: Iterable[str] | None = None,
-               runner: CommandRunner | None = None) -> list[CheckResult]:
-    """Run the checks (all, or those named in ``only``) as this process's user.
+               runner: CommandRunner | None = None, cluster: str | None = None) -> list[CheckResult]:
+    """Run the checks (all, or those named in ``only``) as this process's user: with
+    ``[[clusters]]``, each cluster's (or ``cluster``'s only) with its own Slurm, then the
+    deployment's.
 
     Raises:
         KeyError: a name in ``only`` that is no check.
+        ConfigError: ``cluster`` is not one of the deployment's clusters.
     """
     names = list(only) if only else list(CHECKS)
     for n in names:
         if n not in CHECKS:
             raise KeyError(n)
-    runner = runner or CommandRunner(timeout=settings.slurm.command_timeout, env=settings.slurm_env())
-    ctx = _Context(settings=settings, runner=runner,
-                   client=CliSlurmClient(runner, slurm_user=settings.slurm.slurm_user),
-                   user=pwd.getpwuid(os.geteuid()).pw_name)
-    return [CHECKS[n](ctx) for n in names]
+    user = pwd.getpwuid(os.geteuid()).pw_name
+
+    def context(each: Settings) -> _Context:
+        run = runner or CommandRunner(timeout=each.slurm.command_timeout, env=each.slurm_env())
+        return _Context(settings=each, runner=run, client=CliSlurmClient(run, slurm_user=each.slurm.slurm_user),
+                        user=user)
+
+    deployment = settings.deployment()
+    if not deployment.clusters:
+        if cluster is not None and cluster != deployment.cluster_names()[0]:
+            raise ConfigError(f"no cluster {cluster!r} (clusters: {deployment.cluster_names()[0]})", key="clusters")
+        ctx = context(deployment)
+        return [CHECKS[n](ctx) for n in names]
+    chosen = [cluster] if cluster is not None else deployment.cluster_names()
+    results: list[CheckResult] = []
+    for name in chosen:
+        ctx = context(deployment.for_cluster(name))  # ConfigError for an unknown name
+        results.extend(replace(CHECKS[n](ctx), cluster=name) for n in names if n not in DEPLOYMENT_CHECKS)
+    ctx = context(deployment.for_cluster(deployment.cluster_names()[0]))
+    results.extend(CHECKS[n](ctx) for n in names if n in DEPLOYMENT_CHECKS)
+    return results
 
 
 def doctor_failed(results: Iterable[CheckResult]) -> bool:

@@ -166,6 +166,17 @@ class Services:
         return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
                    client_from_settings=True, name=name)
 
+    @classmethod
+    def for_cluster(cls, settings: Settings) -> Services:
+        """One cluster's services on their own, ``settings`` being that cluster's
+        (:meth:`Settings.for_cluster <slurmtower.settings.Settings.for_cluster>`): a command's
+        for the cluster it was given (``--cluster``)."""
+        name = settings.cluster_name if settings.deployment().clusters else None
+        if name is None or name == settings.deployment().cluster_names()[0]:
+            return cls.from_settings(settings)
+        return cls(settings=settings, client=make_client(settings, observers=[slurm_call_observer]),
+                   client_from_settings=True, name=name)
+
     # -- the deployment's clusters ----------------------------------------------------------
 
     def cluster_names(self) -> list[str]:
