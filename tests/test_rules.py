@@ -222,6 +222,17 @@ def test_criteria_operators(key: str, op: str, pattern: Any, expected: bool) -> 
     assert rule.matches(event.type, {"trigger": event.payload, "event": event.summary()}) is expected
 
 
+def test_a_rule_matches_on_the_events_cluster() -> None:
+    """With ``[[clusters]]``, ``event.cluster`` names the cluster an event is of: a rule can
+    keep to one cluster (an event of a one-cluster deployment has none)."""
+    rule = parse_rule(rule_doc(criteria={"event.cluster": {"type": "equals", "pattern": "gpu"}}))
+    alone = node_event()
+    gpu, other = alone.model_copy(update={"cluster": "gpu"}), alone.model_copy(update={"cluster": "prod"})
+    assert rule.matches(gpu.type, {"trigger": gpu.payload, "event": gpu.summary()})
+    assert not rule.matches(other.type, {"trigger": other.payload, "event": other.summary()})
+    assert not rule.matches(alone.type, {"trigger": alone.payload, "event": alone.summary()})
+
+
 def test_several_criteria_on_one_key_must_all_hold() -> None:
     crit = {"trigger.node": [{"type": "startswith", "pattern": "n"}, {"type": "nequals", "pattern": "n1"}]}
     rule = parse_rule(rule_doc(criteria=crit))
