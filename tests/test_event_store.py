@@ -166,6 +166,25 @@ def test_record_snapshot_emits_each_transition_exactly_once(store: EventStore) -
     assert set(store.load_node_states()) == {"n1"}
 
 
+def test_a_whole_clusters_first_snapshot_is_recorded_node_by_node_in_one_batch(store: EventStore) -> None:
+    """A first start on 5,000 nodes (and then a drain of 1,000 of them): one event per node,
+    ids in natural node order, every state saved; each stored event is what the query reads."""
+    nodes = {f"n{i}": NodeSnapshot("IDLE") for i in range(1, 5001)}
+    first = store.record_snapshot(nodes, source="startup")
+    assert [e.node for e in first] == [f"n{i}" for i in range(1, 5001)]
+    ids = [e.id for e in first]
+    assert ids == sorted(ids) and len(set(ids)) == 5000 and all(i is not None for i in ids)
+    assert store.load_node_states() == nodes
+    read = store.query(limit=10000)
+    assert [(e.id, e.node, e.payload["change"]) for e in read] == [(e.id, e.node, "appeared") for e in first]
+    drained = {**nodes, **{f"n{i}": NodeSnapshot("IDLE", frozenset({"DRAIN"}), reason="rack") for i in range(2, 1002)}}
+    second = store.record_snapshot(drained, source="poll")
+    assert [e.node for e in second] == [f"n{i}" for i in range(2, 1002)]
+    assert all(e.payload["flags_added"] == ["DRAIN"] for e in second) and second[0].id > ids[-1]
+    assert store.load_node_states() == drained
+    assert store.record_snapshot(drained, source="poll") == []
+
+
 def test_record_snapshot_appends_extra_events_first(store: EventStore) -> None:
     payload = {"uuid": "u", "class": "node", "type": "down", "argument": "n1"}
     extra = Event(type="slurm.sensor.trigger.triggered", time=T0, source="trigger", payload=payload)

@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import (
     Engine,
     Table,
+    bindparam,
     delete,
     func,
     insert,
@@ -220,17 +221,22 @@ class EventStore:
         return stored
 
     def _insert_events(self, conn: Connection, batch: Sequence[Event]) -> list[Event]:
-        stored: list[Event] = []
-        for ev in batch:
-            result = conn.execute(
-                insert(self._t.events).values(
-                    type=ev.type, time=ev.time, source=ev.source, node=ev.node, payload=ev.payload,
-                    cluster=self.cluster if ev.cluster is None else self.cluster_key(ev.cluster),
-                )
-            )
-            pk = result.inserted_primary_key
-            assert pk is not None
-            stored.append(ev.model_copy(update={"id": int(pk[0]), "cluster": ev.cluster or self._name(self.cluster)}))
+        t = self._t.events
+        rows = [{"type": ev.type, "time": ev.time, "source": ev.source, "node": ev.node, "payload": ev.payload,
+                 "cluster": self.cluster if ev.cluster is None else self.cluster_key(ev.cluster)} for ev in batch]
+        if len(rows) > 1 and conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+            # One statement for the batch (a first start records every node of the cluster:
+            # 5,000 single INSERTs took seconds of the serving process's GIL), ids in order.
+            ids = [int(i) for i in conn.execute(
+                insert(t).returning(t.c.id, sort_by_parameter_order=True), rows).scalars()]
+        else:
+            ids = []
+            for row in rows:
+                pk = conn.execute(insert(t).values(**row)).inserted_primary_key
+                assert pk is not None
+                ids.append(int(pk[0]))
+        stored = [ev.model_copy(update={"id": i, "cluster": ev.cluster or self._name(self.cluster)})
+                  for ev, i in zip(batch, ids, strict=True)]
         if stored and conn.dialect.name == "postgresql":
             # Every process's event feed LISTENs: delivered at commit, with the rows.
             conn.execute(text("SELECT pg_notify(:channel, :last)"),
@@ -435,21 +441,25 @@ class EventStore:
             keep = [n for n, s in states.items() if s is not None]
             conn.execute(delete(t).where(mine, t.c.node.not_in(keep)) if keep else delete(t).where(mine))
         existing = set(conn.execute(select(t.c.node).where(mine)).scalars())
+        forget = [name for name, snap in states.items() if snap is None]
+        if forget:
+            conn.execute(delete(t).where(mine, t.c.node.in_(forget)))
+        added: list[dict[str, Any]] = []
+        changed: list[dict[str, Any]] = []
         for name, snap in states.items():
             if snap is None:
-                conn.execute(delete(t).where(mine, t.c.node == name))
                 continue
-            values = {
-                "state": snap.state,
-                "flags": sorted(snap.flags),
-                "reason": snap.reason,
-                "reason_owner": snap.reason_owner,
-                "observed_at": when,
-            }
+            values = {"state": snap.state, "flags": sorted(snap.flags), "reason": snap.reason,
+                      "reason_owner": snap.reason_owner, "observed_at": when}
             if name in existing:
-                conn.execute(update(t).where(mine, t.c.node == name).values(**values))
+                changed.append({"key_node": name, **values})
             else:
-                conn.execute(insert(t).values(cluster=self.cluster, node=name, **values))
+                added.append({"cluster": self.cluster, "node": name, **values})
+        # One executemany each (a first start, or a drain of 1,000 nodes, saves them all).
+        if added:
+            conn.execute(insert(t), added)
+        if changed:
+            conn.execute(update(t).where(mine, t.c.node == bindparam("key_node")), changed)
 
     # -- nonces -------------------------------------------------------------------------
 
