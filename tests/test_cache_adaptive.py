@@ -6,6 +6,8 @@ import asyncio
 import statistics
 import time
 
+import pytest
+
 from slurmtower.live.cache import SnapshotCache
 
 
@@ -62,6 +64,32 @@ def test_the_interval_never_passes_its_ceiling() -> None:
 
     asyncio.run(scenario())
     assert cache.interval == 0.5
+
+
+def test_a_resource_nobody_reads_lately_does_not_stretch_the_interval_of_the_others() -> None:
+    """The load archiver reads the nodes once a minute; a dashboard polls the queue. The
+    nodes' cost counts while they are read (within two intervals), then no longer."""
+    async def scenario() -> tuple[float, float, float]:
+        clock = [0.0]
+        cache = SnapshotCache(refresh_interval=0.1, slurm_wait=5, cpu_share=0.25, controller_share=0,
+                              refresh_ahead=False, clock=lambda: clock[0])
+        cache.register("queue", lambda: _burn(0.01))
+        cache.register("nodes", lambda: _burn(0.2))
+        for _ in range(3):  # two measured rounds of each (the first is a warm-up)
+            clock[0] += 10
+            await cache.get("queue")
+            await cache.get("nodes")
+        both = cache.interval
+        clock[0] += 3 * both  # past two intervals: the nodes are not asked any more; the queue is
+        await cache.get("queue")
+        alone = cache.interval
+        await cache.get("nodes")
+        return both, alone, cache.interval
+
+    both, alone, again = asyncio.run(scenario())
+    assert both >= 0.2 / 0.25 * 0.9  # the nodes' 0.2 s at a quarter of a core: about 0.8 s
+    assert alone < 0.25 < both  # the queue's 0.01 s alone: the 0.1 s floor
+    assert again == pytest.approx(both, rel=0.1)  # read again, they count again
 
 
 def _ages(refresh_ahead: bool) -> tuple[list[float], int, int]:

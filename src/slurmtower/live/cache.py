@@ -240,16 +240,27 @@ class SnapshotCache:
     @property
     def interval(self) -> float:
         """The refresh interval in force: ``refresh_interval``, or longer when one refresh of
-        every resource costs more than ``cpu_share`` of a core, or more than
-        ``controller_share`` of slurmctld's time, over it (at most ``max_interval``). A
+        every resource clients read lately costs more than ``cpu_share`` of a core, or more
+        than ``controller_share`` of slurmctld's time, over it (at most ``max_interval``). A
         follower of the shared snapshot uses its refresher's."""
-        wanted = self.refresh_interval
         if self.followed_interval is not None and self.shared is not None and self.shared.following:
-            return min(self.max_interval, max(wanted, self.followed_interval))
+            return min(self.max_interval, max(self.refresh_interval, self.followed_interval))
+        entries = list(self._entries.values())
+        every = self._interval_of(entries)
+        # What the share bounds is the refreshing of what clients read: a resource asked once
+        # a minute (the load archiver's nodes) is read once a minute, and its cost must not
+        # stretch the interval of the queue a dashboard polls. The window (two intervals of
+        # every resource) is at least the one in which a read resource is refreshed ahead.
+        now = self.clock()
+        read = [e for e in entries if now - e.asked_mono <= 2 * every]
+        return every if len(read) == len(entries) else self._interval_of(read)
+
+    def _interval_of(self, entries: Sequence[_Entry]) -> float:
+        wanted = self.refresh_interval
         if self.cpu_share > 0:
-            wanted = max(wanted, sum(e.cost for e in self._entries.values()) / self.cpu_share)
+            wanted = max(wanted, sum(e.cost for e in entries) / self.cpu_share)
         if self.controller_share > 0:
-            wanted = max(wanted, sum(e.controller for e in self._entries.values()) / self.controller_share)
+            wanted = max(wanted, sum(e.controller for e in entries) / self.controller_share)
         return min(self.max_interval, wanted)
 
     def cost(self, resource: str) -> float:
