@@ -219,6 +219,15 @@ def cancel_leftovers(env: dict[str, str]) -> int:
     return len(ids)
 
 
+def adopt_leftovers(queue: Queue, env: dict[str, str]) -> None:
+    """``--keep-queue``: the jobs an earlier ``--keep-queue`` run left become this run's (its
+    sizes count them; they stay queued at the end again)."""
+    out = subprocess.run(["squeue", "-h", "-n", ",".join(ALL_NAMES), "-o", "%F"], capture_output=True,
+                         text=True, env=env, check=True, timeout=120).stdout
+    queue.ids = sorted({int(x) for x in out.split() if x.isdigit()})
+    queue.jobs, queue.records = squeue_count(env, "-r"), squeue_count(env)
+
+
 def squeue_count(env: dict[str, str], *flags: str) -> int:
     out = subprocess.run(["squeue", "-h", *flags, "-n", ",".join(ALL_NAMES), "-o", "%i"], capture_output=True,
                          text=True, env=env, check=True, timeout=300).stdout
@@ -862,6 +871,9 @@ def main() -> None:
                     help="serve's access log (on by default, as users run it)")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy the service during the poller window and each route (below the table)")
+    ap.add_argument("--keep-queue", action="store_true",
+                    help="leave the submitted jobs queued at the end, and start from those an earlier "
+                         "--keep-queue run left (measure again without refilling; a run without it cancels them)")
     ap.add_argument("--out", default="", help="results file name under bench/results/ (default: by date)")
     ap.add_argument("--stripped", action="store_true", help="an extra row: anonymous, sensor and archiver off")
     args = ap.parse_args()
@@ -883,9 +895,14 @@ def main() -> None:
     log(f"scale lab: {args.nodes} nodes in {LAB_DIR} ({'reused' if was_up else 'starting it'})")
     took = cluster.up()
     env = cluster.command_env()
-    leftovers = cancel_leftovers(env)
-    if leftovers:
-        log(f"  cancelled {leftovers} jobs an earlier run left")
+    queue = Queue()
+    if args.keep_queue:
+        adopt_leftovers(queue, env)
+        log(f"  --keep-queue: {queue.jobs:,} jobs in {queue.records:,} records an earlier run left are this run's")
+    else:
+        leftovers = cancel_leftovers(env)
+        if leftovers:
+            log(f"  cancelled {leftovers} jobs an earlier run left")
     tokens = cluster.demo_tokens()
     reader = {"Authorization": f"Bearer {tokens['reader']}"}
     rest = rest_headers(cluster.tower_conf)
@@ -897,7 +914,6 @@ def main() -> None:
     drained = NodeSet()
 
     rng = random.Random(10)  # noqa: S311 - a reproducible queue, not a secret
-    queue = Queue()
     columns: dict[int, dict[str, str]] = {}
     header = [f"# slurmtower scale lab, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
               f"{args.nodes:,} nodes (n1-n4 with slurmd), Slurm 22.05; {os.cpu_count()} cores shared by "
@@ -906,7 +922,10 @@ def main() -> None:
               f"wrk -t2 -c{args.clients} -d{args.duration:g}s; slurmrestd with {args.rest_clients} client(s); "
               f"one-poller window {args.window:g} s. Lab up in {took:.1f} s."]
     try:
-        submit_running(queue, env)
+        running = subprocess.run(["squeue", "-h", "-n", RUN_NAME, "-t", "running", "-o", "%i"], capture_output=True,
+                                 text=True, env=env, check=True, timeout=60).stdout.split()
+        if not running:
+            submit_running(queue, env)
         for step, size in enumerate(sizes):
             drain_set = drain_sets[step % len(drain_sets)]
             drained = drained | drain_set
@@ -929,11 +948,14 @@ def main() -> None:
             columns[size] = col
             log(json.dumps(col, indent=1))
     finally:
-        log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
-        cancel(queue.ids, env)
+        if args.keep_queue:
+            log(f"--keep-queue: {queue.jobs:,} jobs left queued for the next run (a run without it cancels them)")
+        else:
+            log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
+            cancel(queue.ids, env)
         if _FAILURES:
             log(f"  {len(_FAILURES)} sbatch calls failed, the first with: {_FAILURES[0]}")
-        leftovers = cancel_leftovers(env)  # jobs made by an sbatch that reported a failure
+        leftovers = 0 if args.keep_queue else cancel_leftovers(env)  # an sbatch that reported a failure
         if leftovers:
             log(f"  cancelled {leftovers} more jobs of the bench's names")
         if drained:
@@ -941,7 +963,9 @@ def main() -> None:
             if was_up:
                 log(f"  {drained} back to unknown*: slurmctld restarted without its node states")
                 cluster.reset_node_states()
-        if not was_up:
+        if not was_up and args.keep_queue:
+            log("--keep-queue: the lab stays up (devcluster down --dir /var/lib/slurmtower/scalelab stops it)")
+        elif not was_up:
             cluster.down()
             for saved in (cluster.root / "state").glob("node_state*"):
                 saved.unlink()
@@ -949,11 +973,13 @@ def main() -> None:
             log(f"  the lab had {was_nodes} nodes: bringing it back")
             DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(was_nodes), nodes=was_nodes,
                        log=lambda m: log(f"  {m}")).up()
-    if columns:
+    if columns and queue.submit_s > 0:
         header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
                       f"{args.array_share:.0%} of the jobs in arrays) in {queue.submit_s:.0f} s: "
                       f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} jobs/s; "
                       f"{queue.errors} failed.")
+    elif columns:
+        header.append("Submission: none in this run (--keep-queue: the queue an earlier run left).")
         text = table(columns, header)
         if PROFILES:
             text += "\n## Where the time goes (py-spy, --profile)\n\n" + "\n".join(PROFILES)
