@@ -81,6 +81,18 @@ def test_node_table_in_natural_order_with_states_and_flags() -> None:
     assert table.rows_of(["n10", "x", "n2"]) == [1, 3]
 
 
+def test_a_node_table_from_the_worker_keeps_its_models_only_when_asked_to() -> None:
+    """``nodes()`` builds the models once and keeps them (pages read them again and again);
+    ``fresh_nodes()`` (the load archiver, once a minute) builds the same and keeps nothing."""
+    nodes = [Node(name=f"n{i}", state=NodeState.IDLE, cpus=4) for i in (2, 1)]
+    crossed = pickle.loads(pickle.dumps(NodeTable.from_nodes(nodes)))  # as from the refresh worker
+    fresh = crossed.fresh_nodes()
+    assert fresh == sorted(nodes, key=lambda n: n.name) and crossed._models is None
+    assert crossed.fresh_nodes() is not fresh
+    kept = crossed.nodes()
+    assert kept == fresh and crossed.nodes() is kept and crossed.fresh_nodes() is kept
+
+
 def test_queue_rows_fill_exactly_the_fields_they_promise(sample_jobs: dict[str, int],
                                                          runner: CommandRunner) -> None:
     text = runner.run(["squeue", "-h", "--states=all", "-O", ad.queue_format()]).stdout

@@ -344,6 +344,27 @@ def test_the_private_free_queue_table_leaves_out_exactly_the_private_fields(text
     assert own[0] == job and own[1].command is None
 
 
+def test_private_free_tables_are_made_once_per_table_and_go_with_it() -> None:
+    """Every filtered read of one snapshot shares its private-free table; a snapshot the cache
+    replaced is not kept alive by it (100,000 jobs each)."""
+    import gc
+    import weakref
+
+    from slurmtower import visibility
+
+    job = Job(job_id=1, state=JobState.PENDING, user_name="alice", command="/secret.sh")
+    policy = Visibility()
+    table = JobTable.from_jobs([job])
+    first = policy.private_free_table(table)
+    assert policy.private_free_table(table) is first
+    assert policy.private_free_table(table, "alice") is not first  # alice's own variant
+    gone = weakref.ref(table)
+    key = id(table)
+    del table, first
+    gc.collect()
+    assert gone() is None and key not in visibility._TABLES
+
+
 def test_a_reader_may_not_search_by_private_fields(api: TestClient, jobs: dict[str, Any]) -> None:
     criterias = {"command": f"/tmp/{jobs['marker']}-secret.sh"}
     got = api.post("/actions/slurm.job.find", json={"criterias": criterias}, headers=bearer(READER))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -261,11 +262,12 @@ class Visibility:
         strip = self._strip
         if strip is None:
             return table
-        memo_key = (id(table), owner, strip.pattern)
+        variant = (owner, strip.pattern)
         with _memo_lock:
-            done = _TABLES.get(memo_key)
-        if done is not None and done[0] is table:
-            return done[1]
+            made = _TABLES.get(id(table))
+            done = made[1].get(variant) if made is not None and made[0]() is table else None
+        if done is not None:
+            return done
         own = set(table.rows_where("user", {owner})) if owner is not None else set()
         frags = []
         with _memo_lock:
@@ -284,9 +286,11 @@ class Visibility:
                     del _STRIPPED[key]
         out = JobTable(table.keys, frags, table.columns)
         with _memo_lock:
-            _TABLES[memo_key] = (table, out)
-            while len(_TABLES) > 8:
-                _TABLES.pop(next(iter(_TABLES)))
+            made = _TABLES.get(id(table))
+            if made is None or made[0]() is not table:
+                key = id(table)
+                made = _TABLES[key] = (weakref.ref(table, lambda _gone: _forget_table(key)), {})
+            made[1][variant] = out
         return out
 
     def owns_jobs(self, table: JobTable, viewer: Viewer) -> bool:
@@ -298,8 +302,16 @@ class Visibility:
 #: id(fragment) -> (fragment, without private fields): unchanged rows are the same bytes
 #: objects round after round.
 _STRIPPED: dict[int, tuple[bytes, bytes]] = {}
-#: The last private-free tables made, by (id(table), owner, pattern): filtered reads of one
-#: snapshot share them.
-_TABLES: dict[tuple[int, str | None, bytes], tuple[JobTable, JobTable]] = {}
-_memo_lock = threading.Lock()
+#: The private-free tables made of each table still alive (by its id), by (owner, pattern):
+#: filtered reads of one snapshot share them, and they go with their table (a memo that held
+#: the last eight tables kept seven old snapshots of 100,000 jobs alive).
+_TABLES: dict[int, tuple[weakref.ref[JobTable], dict[tuple[str | None, bytes], JobTable]]] = {}
+_memo_lock = threading.RLock()  # re-entrant: a table may be freed (its callback run) while it is held
+
+
+def _forget_table(key: int) -> None:
+    with _memo_lock:
+        made = _TABLES.get(key)
+        if made is not None and made[0]() is None:
+            del _TABLES[key]
 

@@ -418,9 +418,11 @@ class SnapshotCache:
         try:
             if worker is not None and spec is not None:
                 worker.start()
-                if spec.delta is not None and not worker.ready:
+                if not worker.ready:
                     # A table read in a thread here would stay behind in this process next
-                    # to the worker's: wait for the worker (it spawns in a second or two).
+                    # to the worker's (the client's memo of 5,000 parsed nodes: 16 MB), and
+                    # parse in this process's GIL at start-up: wait for the worker (it spawns
+                    # in a second or two).
                     await worker.wait_ready(self.slurm_wait)
                 entry.inflight_mono = self.clock()  # Slurm is asked from now on
             if worker is not None and spec is not None and worker.ready:

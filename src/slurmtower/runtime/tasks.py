@@ -96,7 +96,7 @@ def _archiver(services: Services, archive: LoadArchive) -> BackgroundTask:
         nodes, jobs, partitions = await live.load()
         if nodes.stale or jobs.stale or partitions.stale:
             raise SlurmUnavailable("slurmctld does not answer: no load sample taken")
-        node_list = await asyncio.to_thread(nodes.value.nodes)
+        node_list = await asyncio.to_thread(nodes.value.fresh_nodes)
         sample = await asyncio.to_thread(take_sample, node_list, jobs.value, partitions.value, live.hidden,
                                          archive.holder)
         await asyncio.to_thread(archive.add, sample, settings.retention_days * 86400)
