@@ -306,12 +306,14 @@ _STRIPPED: dict[int, tuple[bytes, bytes]] = {}
 #: filtered reads of one snapshot share them, and they go with their table (a memo that held
 #: the last eight tables kept seven old snapshots of 100,000 jobs alive).
 _TABLES: dict[int, tuple[weakref.ref[JobTable], dict[tuple[str | None, bytes], JobTable]]] = {}
-_memo_lock = threading.RLock()  # re-entrant: a table may be freed (its callback run) while it is held
+_memo_lock = threading.Lock()
 
 
 def _forget_table(key: int) -> None:
-    with _memo_lock:
-        made = _TABLES.get(key)
-        if made is not None and made[0]() is None:
-            del _TABLES[key]
+    # Runs where the table is freed (the event loop, when a round replaces a snapshot): never
+    # waits for _memo_lock, which a thread holds while it strips 100,000 rows. The dict's own
+    # operations are atomic; the id cannot be reused before the table's memory is freed, after this.
+    made = _TABLES.get(key)
+    if made is not None and made[0]() is None:
+        _TABLES.pop(key, None)
 

@@ -245,22 +245,29 @@ class SnapshotCache:
         follower of the shared snapshot uses its refresher's."""
         if self.followed_interval is not None and self.shared is not None and self.shared.following:
             return min(self.max_interval, max(self.refresh_interval, self.followed_interval))
-        entries = list(self._entries.values())
-        every = self._interval_of(entries)
+        # (Asked several times per request: one pass over the entries, no lists.)
+        cost = controller = 0.0
+        for e in self._entries.values():
+            cost += e.cost
+            controller += e.controller
+        every = self._interval_of(cost, controller)
         # What the share bounds is the refreshing of what clients read: a resource asked once
         # a minute (the load archiver's nodes) is read once a minute, and its cost must not
         # stretch the interval of the queue a dashboard polls. The window (two intervals of
         # every resource) is at least the one in which a read resource is refreshed ahead.
-        now = self.clock()
-        read = [e for e in entries if now - e.asked_mono <= 2 * every]
-        return every if len(read) == len(entries) else self._interval_of(read)
+        since = self.clock() - 2 * every
+        for e in self._entries.values():
+            if e.asked_mono < since:
+                cost -= e.cost
+                controller -= e.controller
+        return self._interval_of(cost, controller)
 
-    def _interval_of(self, entries: Sequence[_Entry]) -> float:
+    def _interval_of(self, cost: float, controller: float) -> float:
         wanted = self.refresh_interval
         if self.cpu_share > 0:
-            wanted = max(wanted, sum(e.cost for e in entries) / self.cpu_share)
+            wanted = max(wanted, cost / self.cpu_share)
         if self.controller_share > 0:
-            wanted = max(wanted, sum(e.controller for e in entries) / self.controller_share)
+            wanted = max(wanted, controller / self.controller_share)
         return min(self.max_interval, wanted)
 
     def cost(self, resource: str) -> float:
