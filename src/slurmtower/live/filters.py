@@ -17,6 +17,7 @@ from slurmtower.errors import InvalidInput
 from slurmtower.models import JobState, NodeFlag, NodeState
 from slurmtower.models.table import JobTable, NodeTable
 from slurmtower.nodeset import NodeSet
+from slurmtower.visibility import PrivateFreeRows
 
 __all__ = [
     "JOB_STATE_WORDS",
@@ -117,7 +118,7 @@ def decode_cursor(params: Mapping[str, str], kind: str) -> Any:
     return key
 
 
-def page(table: JobTable | NodeTable, rows: Sequence[int], params: Mapping[str, str], kind: str,
+def page(table: JobTable | NodeTable | PrivateFreeRows, rows: Sequence[int], params: Mapping[str, str], kind: str,
           item: str) -> bytes:
     """``{"count": <matching>, "<item>": [...], "next_cursor": ...}`` for one page of ``rows``."""
     chosen, cursor = page_rows(table, rows, params, kind)
@@ -125,7 +126,7 @@ def page(table: JobTable | NodeTable, rows: Sequence[int], params: Mapping[str, 
             % (len(rows), len(chosen), json.dumps(cursor).encode(), item.encode(), table.json_array(chosen)))
 
 
-def page_rows(table: JobTable | NodeTable, rows: Sequence[int], params: Mapping[str, str],
+def page_rows(table: JobTable | NodeTable | PrivateFreeRows, rows: Sequence[int], params: Mapping[str, str],
                kind: str) -> tuple[Sequence[int], str | None]:
     """The rows of one page of ``rows`` (``limit``, ``cursor``) and the next page's cursor."""
     after = decode_cursor(params, kind)

@@ -46,7 +46,7 @@ from slurmtower.models import ControllerStats, Job, Node, NodeFlag, NodeState, P
 from slurmtower.models.table import JobTable, NodeTable
 from slurmtower.nodeset import NodeSet
 from slurmtower.runtime import Services
-from slurmtower.visibility import Visibility
+from slurmtower.visibility import PrivateFreeRows, Visibility
 
 __all__ = [
     "NodeHoldsResponse",
@@ -183,7 +183,7 @@ def setup(services: Services, app: FastAPI) -> None:
                                variants={"/queue": queue_suffix})
 
 
-def _queue(table: JobTable) -> bytes:
+def _queue(table: JobTable | PrivateFreeRows) -> bytes:
     return b'{"count":%d,"jobs":%s}' % (len(table), table.all_json())
 
 
