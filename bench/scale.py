@@ -270,6 +270,20 @@ def rss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+def pss_mib(pids: list[int]) -> float:
+    """The tree's proportional set size: each shared page (the interpreter, libraries) counted
+    once across the processes, where summed RSS counts it in each."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
 def cpu_s(pids: list[int]) -> float:
     """utime+stime of each process plus its reaped children's (squeue, sinfo ...)."""
     ticks = 0
@@ -529,7 +543,7 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
                 ages.append(float(r.headers["x-data-age"]))
             time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
-        rss_now = rss_mib(tree(serve.proc.pid))
+        rss_now, pss_now = rss_mib(tree(serve.proc.pid)), pss_mib(tree(serve.proc.pid))
         scrape = http.get("/metrics").text
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
@@ -542,6 +556,7 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
         "wall": wall,
         "cpu_pct": 100 * (cpu1 - cpu0) / wall,
         "rss_mib": rss_now,
+        "pss_mib": pss_now,
         "rss_peak_mib": rss.peak,
         "age_p50": statistics.median(ages) if ages else float("nan"),
         "age_max": max(ages) if ages else float("nan"),
@@ -759,6 +774,7 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         w = poll_window(serve, reader, env, args.window,
                         f"{queue.jobs:,} jobs: one poller, {args.window:g} s" if args.profile else "")
         col["RSS of the service's processes (MiB, idle / peak)"] = f"{w['rss_mib']:.0f} / {w['rss_peak_mib']:.0f}"
+        col["PSS of the service's processes, idle (MiB: shared pages counted once)"] = f"{w['pss_mib']:.0f}"
         col["refresh CPU, one poller (% of a core)"] = f"{w['cpu_pct']:.1f}"
         col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
             f"{w['age_p50']:.1f} / {w['age_max']:.1f} (x{w['age_max'] / interval:.1f})")
