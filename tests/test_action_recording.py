@@ -179,6 +179,23 @@ def test_postgresql_role_losing_update_keeps_the_intent(settings: Settings, clie
         cat.store.close()
 
 
+def test_an_audit_page_bound_past_every_seq_reads_from_the_newest(pg_role_store: tuple[str, str, Any]) -> None:
+    """``GET /audit?before=`` takes any id up to 2**63-1; the seq is a 32-bit integer on
+    PostgreSQL, where a larger bound was an "integer out of range" (a 503)."""
+    store = ActionStore(pg_role_store[0])
+    try:
+        for i in range(3):
+            store.append_audit(execution_id=f"x{i}", at=datetime.now(UTC), who="t", via="api", action="a",
+                               parameters={}, nodes=None, before={}, after={}, outcome="intent")
+        newest = store.list_audit(limit=3)
+        assert [r.execution_id for r in newest] == ["x2", "x1", "x0"]
+        assert store.list_audit(limit=3, before=54518813158) == newest
+        assert store.list_audit(limit=3, before=2**63 - 1) == newest
+        assert [r.execution_id for r in store.list_audit(before=newest[0].seq)] == ["x1", "x0"]
+    finally:
+        store.close()
+
+
 def test_retry_with_the_same_key_does_not_drain_twice(catalogue: Catalogue, clean_nodes: Any,
                                                       runner: Any) -> None:
     first = drain(catalogue, "n2", "psu swap", key="retry-1")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import BigInteger, Engine, delete, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from slurmtower.actions.envelope import AuditOutcome, AuditRecord, Envelope
@@ -339,7 +339,9 @@ class ActionStore:
             raise InvalidInput("limit must be between 1 and 1000", param="limit")
         stmt = select(audit).where(audit.c.cluster == self.cluster).order_by(audit.c.seq.desc()).limit(limit)
         if before is not None:
-            stmt = stmt.where(audit.c.seq < before)
+            # seq is a 32-bit integer on PostgreSQL: the keyset bound goes as a 64-bit one (a
+            # bound past every seq is no bound, not an "integer out of range" DataError).
+            stmt = stmt.where(audit.c.seq < literal(before, BigInteger()))
         if who:
             stmt = stmt.where(audit.c.who == who)
         if action:
