@@ -39,6 +39,7 @@ $BIN/mypy
 # different test ids (a set's order in an id follows the seed).
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 workers=${SLURMTOWER_TEST_WORKERS:-$([ $# -eq 0 ] && echo 2 || echo 0)}
+unset SLURMTOWER_TEST_WORKERS  # not a setting: slurmtower refuses unknown SLURMTOWER_ variables
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadscope)
 if ! $BIN/pytest "${parallel[@]}" --durations=30 "$@"; then

@@ -68,15 +68,40 @@ def scope_of(nodeid: str) -> str:
     return "scale-lab" if module in SCALE_LAB_MODULES else module
 
 
+#: Seconds the slowest scopes took in a two-worker run (2026-12-07, ``--junitxml``): they are
+#: handed out first, the longest first, so that no worker is left alone with a long one at the
+#: end (xdist orders scopes by their number of tests: these few-test, long ones came last).
+#: The other scopes follow, the most tests first. A guess: a wrong one costs time, not results.
+SLOW_SCOPES = {
+    "scale-lab": 192, "tests/test_fuzz.py": 109, "tests/test_shared_snapshot.py": 106,
+    "tests/test_upgrade.py": 100, "tests/test_devcluster.py": 93, "tests/test_clusters.py": 77,
+    "tests/test_api_load.py": 74, "tests/test_maintain.py": 64, "tests/test_sensor.py": 54,
+    "tests/test_actions_cli.py": 48, "tests/test_replicas.py": 47, "tests/test_api_live.py": 42,
+    "tests/test_store_schema.py": 42, "tests/test_oidc.py": 38, "tests/test_ui_jobs.py": 34,
+    "tests/test_image.py": 33, "tests/test_install.py": 30, "tests/test_ui_jobs_browser.py": 29,
+}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under pytest-xdist (``scripts/test.sh``: ``-n 2``) each worker has a devcluster of its
-    own (:func:`worker_devcluster`) and takes whole scopes (:func:`scope_of`). xdist's own
-    ``loadgroup`` cannot do it on pytest 9 (pytest-dev/pytest-xdist#1386: the groups are lost)."""
+    own (:func:`worker_devcluster`) and takes whole scopes (:func:`scope_of`), the slowest
+    first (:data:`SLOW_SCOPES`). xdist's own ``loadgroup`` cannot do it on pytest 9
+    (pytest-dev/pytest-xdist#1386: the groups are lost)."""
     from xdist.scheduler import LoadScopeScheduling  # deferred: only the xdist controller schedules
 
     class ScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
+
+        def _assign_work_unit(self, node: object) -> None:
+            if not self.ordered:  # the queue is complete when the first unit is handed out
+                queue = sorted(self.workqueue.items(), key=lambda kv: (-SLOW_SCOPES.get(kv[0], 0), -len(kv[1])))
+                self.workqueue.clear()
+                self.workqueue.update(queue)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return ScopeScheduling(config, log)
 

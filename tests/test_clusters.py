@@ -457,7 +457,9 @@ def test_the_cli_answers_for_the_cluster_it_is_given(tower: ServeProcess, devclu
     env, name, default = tower.env, second.cluster_name, devcluster.cluster_name
     alert = json.loads((Path(__file__).parent / "data" / "alertmanager-firing.json").read_text())
     alert["alerts"] = alert["alerts"][:1]
-    alert["alerts"][0]["labels"]["alertname"] = f"CliClusterTest{time.time_ns()}"  # not a copy of another test's
+    unique = time.time_ns()  # not a copy of another test's alert (the dedupe goes by fingerprint)
+    alert["alerts"][0]["labels"]["alertname"] = f"CliClusterTest{unique}"
+    alert["alerts"][0]["fingerprint"] = f"{unique:016x}"
     (tmp_path / "alert.json").write_text(json.dumps(alert))
     recorded = json.loads(_cli(env, "alert", str(tmp_path / "alert.json"), "--cluster", name, "-o", "json").stdout)
     assert recorded["recorded"] == 1, recorded

@@ -19,6 +19,13 @@ def _slurmtower(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _sample_jobs_first(sample_jobs: dict[str, int]) -> dict[str, int]:
+    """The sample jobs start with the module (the TIMEOUT one needs a minute or more): the
+    module's other tests run meanwhile, and the test of their final states comes last."""
+    return sample_jobs
+
+
 def test_status_lists_every_daemon_and_idle_nodes(devcluster: DevCluster) -> None:
     proc = _slurmtower("devcluster", "status", "--output", "json")
     assert proc.returncode == 0, proc.stderr
@@ -46,24 +53,6 @@ def test_accounts_and_users_exist(devcluster: DevCluster) -> None:
     out = sh("sacctmgr", "-n", "-P", "show", "assoc", "format=account,user")
     pairs = {tuple(line.split("|")) for line in out.splitlines()}
     assert {("physics", "alice"), ("physics", "bob"), ("chemistry", "bob")} <= pairs
-
-
-@pytest.mark.slow
-def test_sample_jobs_end_in_each_state(sample_jobs: dict[str, int]) -> None:
-    expected = {"completed": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED",
-                "timeout": "TIMEOUT", "pending": "PENDING", "running": "RUNNING"}
-
-    def states() -> dict[str, str] | None:
-        ids = ",".join(str(j) for j in sample_jobs.values())
-        out = sh("sacct", "-n", "-P", "-X", "-j", ids, "-o", "JobID,State,ExitCode")
-        by_id = {line.split("|")[0]: line.split("|") for line in out.splitlines()}
-        got = {name: by_id.get(str(job), ["", "", ""])[1].split()[0] if by_id.get(str(job)) else ""
-               for name, job in sample_jobs.items()}
-        return got if got == expected else None
-
-    wait_for(states, 150, 2, what="sample jobs to reach their final states")
-    out = sh("sacct", "-n", "-P", "-X", "-j", str(sample_jobs["failed"]), "-o", "ExitCode")
-    assert out.strip() == "3:0"
 
 
 @pytest.mark.slow
@@ -155,3 +144,21 @@ def test_a_pid_file_names_its_daemon_not_whoever_got_the_pid_next(tmp_path) -> N
         proc.kill()
         proc.wait()
     assert _read_pid(tmp_path / "slurmd-n9.pid") is None  # dead
+
+
+@pytest.mark.slow
+def test_sample_jobs_end_in_each_state(sample_jobs: dict[str, int]) -> None:
+    expected = {"completed": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED",
+                "timeout": "TIMEOUT", "pending": "PENDING", "running": "RUNNING"}
+
+    def states() -> dict[str, str] | None:
+        ids = ",".join(str(j) for j in sample_jobs.values())
+        out = sh("sacct", "-n", "-P", "-X", "-j", ids, "-o", "JobID,State,ExitCode")
+        by_id = {line.split("|")[0]: line.split("|") for line in out.splitlines()}
+        got = {name: by_id.get(str(job), ["", "", ""])[1].split()[0] if by_id.get(str(job)) else ""
+               for name, job in sample_jobs.items()}
+        return got if got == expected else None
+
+    wait_for(states, 150, 2, what="sample jobs to reach their final states")
+    out = sh("sacct", "-n", "-P", "-X", "-j", str(sample_jobs["failed"]), "-o", "ExitCode")
+    assert out.strip() == "3:0"
