@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 t0=$(date +%s)
+# Lint and types meanwhile (CPU while the cluster starts, which mostly waits), read before the tests.
+lint_log=$(mktemp)
+{ $BIN/ruff check src tests bench && $BIN/mypy; } > "$lint_log" 2>&1 &
+lint_pid=$!
 $BIN/slurmtower devcluster up
 # PostgreSQL and Redis for the several-process tests (started, or installed, when missing).
 bash scripts/services.sh
@@ -29,8 +33,10 @@ if ! command -v promtool >/dev/null && [ ! -x .venv/promtool/usr/bin/promtool ];
     || echo "promtool unavailable: the promtool check will be skipped"
 fi
 [ -x .venv/promtool/usr/bin/promtool ] && export PATH="$PATH:$PWD/.venv/promtool/usr/bin"
-$BIN/ruff check src tests bench
-$BIN/mypy
+status=0
+wait $lint_pid || status=$?
+cat "$lint_log"; rm -f "$lint_log"
+[ $status -eq 0 ] || exit $status
 # Two workers (pytest-xdist), each on a devcluster of its own (tests/conftest.py): most of the
 # suite waits on Slurm (about a quarter of the two cores busy in a serial run), so two halves
 # overlap. A worker takes whole modules (tests/conftest.py scope_of); SLURMTOWER_TEST_WORKERS=0 runs serially (the default

@@ -88,8 +88,10 @@ def test_samples_agree_with_the_usage_route(settings: Settings) -> None:
 
 
 def test_failing_rounds_back_off_instead_of_spinning(settings: Settings, tmp_path: Path) -> None:
-    # A real failure: Slurm's commands are pointed at a config file that does not exist.
-    settings.slurm.slurm_conf = tmp_path / "missing-slurm.conf"
+    # A real failure: Slurm's commands are pointed at an empty config file (they exit at once;
+    # a missing one makes them look for slurmctld in DNS first, for up to a minute).
+    settings.slurm.slurm_conf = tmp_path / "empty-slurm.conf"
+    settings.slurm.slurm_conf.write_text("")
     app = create_app(archiving(settings, 0.05))
     cache: SnapshotCache = app.state.services.snapshots
     with running(app) as http:
@@ -165,10 +167,10 @@ def test_serve_with_two_workers_runs_one_archiver(devcluster: DevCluster, tmp_pa
         # An idle connection outlives uvicorn's own 5 s keep-alive (api.keep_alive, 75 s): a
         # proxy's pooled upstream connection is not closed under its next request.
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            for _ in range(3):
+            for idle in (6, 0):  # one idle spell past uvicorn's 5 s, then the same connection again
                 conn.sendall(b"GET /health HTTP/1.1\r\nHost: tower\r\n\r\n")
                 assert _http_response(conn).startswith(b"HTTP/1.1 200")
-                time.sleep(6)
+                time.sleep(idle)
     finally:
         server.stop()
 
