@@ -989,13 +989,14 @@ def main() -> None:
             log(f"  the lab had {was_nodes} nodes: bringing it back")
             DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(was_nodes), nodes=was_nodes,
                        log=lambda m: log(f"  {m}")).up()
-    if columns and queue.submit_s > 0:
-        header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
-                      f"{args.array_share:.0%} of the jobs in arrays) in {queue.submit_s:.0f} s: "
-                      f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} jobs/s; "
-                      f"{queue.errors} failed.")
-    elif columns:
-        header.append("Submission: none in this run (--keep-queue: the queue an earlier run left).")
+    if columns:
+        if queue.submit_s > 0:
+            header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
+                          f"{args.array_share:.0%} of the jobs in arrays) in {queue.submit_s:.0f} s: "
+                          f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} "
+                          f"jobs/s; {queue.errors} failed.")
+        else:
+            header.append("Submission: none in this run (--keep-queue: the queue an earlier run left).")
         text = table(columns, header)
         if PROFILES:
             text += "\n## Where the time goes (py-spy, --profile)\n\n" + "\n".join(PROFILES)
