@@ -270,6 +270,21 @@ def rss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+def own_processes(pids: list[int]) -> list[int]:
+    """The service's own processes of a tree (serve, its refresh worker, the sensor ...): the
+    Slurm commands it runs at the moment (squeue reading 80,000 records holds 130-180 MiB
+    while it runs) left out."""
+    own = []
+    for pid in pids:
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if not comm.startswith(("squeue", "sinfo", "scontrol", "sdiag", "sacct", "sprio", "sshare")):
+            own.append(pid)
+    return own
+
+
 def pss_mib(pids: list[int]) -> float:
     """The tree's proportional set size: each shared page (the interpreter, libraries) counted
     once across the processes, where summed RSS counts it in each."""
@@ -543,7 +558,9 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
                 ages.append(float(r.headers["x-data-age"]))
             time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
-        rss_now, pss_now = rss_mib(tree(serve.proc.pid)), pss_mib(tree(serve.proc.pid))
+        pids_now = tree(serve.proc.pid)
+        rss_now, pss_now, own_now = rss_mib(pids_now), pss_mib(pids_now), rss_mib(own_processes(pids_now))
+        slurm_children = len(pids_now) - len(own_processes(pids_now))
         scrape = http.get("/metrics").text
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
@@ -557,6 +574,8 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
         "cpu_pct": 100 * (cpu1 - cpu0) / wall,
         "rss_mib": rss_now,
         "pss_mib": pss_now,
+        "own_rss_mib": own_now,
+        "slurm_children": float(slurm_children),
         "rss_peak_mib": rss.peak,
         "age_p50": statistics.median(ages) if ages else float("nan"),
         "age_max": max(ages) if ages else float("nan"),
@@ -775,6 +794,8 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
                         f"{queue.jobs:,} jobs: one poller, {args.window:g} s" if args.profile else "")
         col["RSS of the service's processes (MiB, idle / peak)"] = f"{w['rss_mib']:.0f} / {w['rss_peak_mib']:.0f}"
         col["PSS of the service's processes, idle (MiB: shared pages counted once)"] = f"{w['pss_mib']:.0f}"
+        col["RSS idle without the Slurm commands it runs at that moment (MiB)"] = (
+            f"{w['own_rss_mib']:.0f} ({w['slurm_children']:.0f} running then)")
         col["refresh CPU, one poller (% of a core)"] = f"{w['cpu_pct']:.1f}"
         col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
             f"{w['age_p50']:.1f} / {w['age_max']:.1f} (x{w['age_max'] / interval:.1f})")
@@ -960,7 +981,8 @@ def main() -> None:
                         raise
                     log(f"  {exc}: measuring again ({attempt + 1}/3)")
                     resume(drain_set, env)
-            col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
+            if calls_rate == calls_rate:  # nan: nothing submitted in this step (--keep-queue)
+                col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
             columns[size] = col
             log(json.dumps(col, indent=1))
     finally:
