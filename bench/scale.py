@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -210,11 +211,16 @@ def cancel(ids: list[int], env: dict[str, str]) -> None:
                        timeout=600)
 
 
+def bench_job_ids(env: dict[str, str], *, check: bool) -> list[int]:
+    """The ids of the jobs of the bench's names in the lab's queue (an array's once)."""
+    out = subprocess.run(["squeue", "-h", "-n", ",".join(ALL_NAMES), "-o", "%F"], capture_output=True,
+                         text=True, env=env, check=check, timeout=120).stdout
+    return sorted({int(x) for x in out.split() if x.isdigit()})
+
+
 def cancel_leftovers(env: dict[str, str]) -> int:
     """Jobs an interrupted earlier run left (the bench's job names only)."""
-    out = subprocess.run(["squeue", "-h", "-n", ",".join(ALL_NAMES), "-o", "%F"], capture_output=True,
-                         text=True, env=env, check=False, timeout=120).stdout
-    ids = sorted({int(x) for x in out.split() if x.isdigit()})
+    ids = bench_job_ids(env, check=False)
     cancel(ids, env)
     return len(ids)
 
@@ -222,9 +228,7 @@ def cancel_leftovers(env: dict[str, str]) -> int:
 def adopt_leftovers(queue: Queue, env: dict[str, str]) -> None:
     """``--keep-queue``: the jobs an earlier ``--keep-queue`` run left become this run's (its
     sizes count them; they stay queued at the end again)."""
-    out = subprocess.run(["squeue", "-h", "-n", ",".join(ALL_NAMES), "-o", "%F"], capture_output=True,
-                         text=True, env=env, check=True, timeout=120).stdout
-    queue.ids = sorted({int(x) for x in out.split() if x.isdigit()})
+    queue.ids = bench_job_ids(env, check=True)
     queue.jobs, queue.records = squeue_count(env, "-r"), squeue_count(env)
 
 
@@ -258,16 +262,22 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def rss_mib(pids: list[int]) -> float:
+def _proc_mib(pids: list[int], file: str, field: str) -> float:
+    """The sum over ``pids`` of one kB field of a /proc/<pid>/ file, in MiB (a process gone
+    meanwhile counts nothing)."""
     total = 0
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+                if line.startswith(field):
                     total += int(line.split()[1])
         except OSError:
             continue
     return total / 1024
+
+
+def rss_mib(pids: list[int]) -> float:
+    return _proc_mib(pids, "status", "VmRSS:")
 
 
 def own_processes(pids: list[int]) -> list[int]:
@@ -288,15 +298,7 @@ def own_processes(pids: list[int]) -> list[int]:
 def pss_mib(pids: list[int]) -> float:
     """The tree's proportional set size: each shared page (the interpreter, libraries) counted
     once across the processes, where summed RSS counts it in each."""
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
+    return _proc_mib(pids, "smaps_rollup", "Pss:")
 
 
 def cpu_s(pids: list[int]) -> float:
@@ -559,8 +561,9 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
             time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
         pids_now = tree(serve.proc.pid)
-        rss_now, pss_now, own_now = rss_mib(pids_now), pss_mib(pids_now), rss_mib(own_processes(pids_now))
-        slurm_children = len(pids_now) - len(own_processes(pids_now))
+        own = own_processes(pids_now)
+        rss_now, pss_now, own_now = rss_mib(pids_now), pss_mib(pids_now), rss_mib(own)
+        slurm_children = len(pids_now) - len(own)
         scrape = http.get("/metrics").text
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
@@ -981,7 +984,7 @@ def main() -> None:
                         raise
                     log(f"  {exc}: measuring again ({attempt + 1}/3)")
                     resume(drain_set, env)
-            if calls_rate == calls_rate:  # nan: nothing submitted in this step (--keep-queue)
+            if not math.isnan(calls_rate):  # nan: nothing submitted in this step (--keep-queue)
                 col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
             columns[size] = col
             log(json.dumps(col, indent=1))
