@@ -218,8 +218,9 @@ def terminate(proc: subprocess.Popen[bytes]) -> None:
 _LIMIT_APP = """
 import sys, uvicorn
 body = open(sys.argv[1], "rb").read()
-headers = [(b"content-type", sys.argv[2].encode()), (b"content-encoding", b"gzip"),
-           (b"content-length", str(len(body)).encode())]
+headers = [(b"content-type", sys.argv[2].encode()), (b"content-length", str(len(body)).encode())]
+if sys.argv[4] == "gzip":
+    headers.append((b"content-encoding", b"gzip"))
 async def app(scope, receive, send):
     if scope["type"] != "http":
         return
@@ -231,16 +232,18 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning", a
 
 class Limit:
     """The perfect-cache limit: uvicorn (one worker, as ``serve`` runs) answering every request
-    with the bytes slurmtower sent for the route (gzipped, the same headers that matter), no
-    routing, no authentication, no cache lookup: what serving cached bytes can cost at best."""
+    with the bytes slurmtower sent for the route (gzipped or not, as sent; the same headers that
+    matter), no routing, no authentication, no cache lookup: what serving cached bytes can cost
+    at best."""
 
-    def __init__(self, body: bytes, content_type: str, state_dir: Path) -> None:
+    def __init__(self, body: bytes, content_type: str, state_dir: Path, *, gzipped: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.body_file = state_dir / f"limit-{self.port}.gz"
         self.body_file.write_bytes(body)
         self.proc = subprocess.Popen([sys.executable, "-c", _LIMIT_APP, str(self.body_file), content_type,
-                                      str(self.port)], start_new_session=True)
+                                      str(self.port), "gzip" if gzipped else "identity"],
+                                     start_new_session=True)
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:
@@ -256,12 +259,13 @@ class Limit:
         self.body_file.unlink(missing_ok=True)
 
 
-def raw_body(url: str, headers: dict[str, str]) -> tuple[bytes, str]:
-    """The bytes on the wire (gzipped, not decoded) and the content type of ``url``'s answer."""
+def raw_body(url: str, headers: dict[str, str], *, gzipped: bool = True) -> tuple[bytes, str]:
+    """The bytes on the wire (not decoded: gzipped, or plain when ``gzipped`` is False) and the
+    content type of ``url``'s answer."""
     with httpx.stream("GET", url, headers=headers, timeout=60) as resp:
         resp.raise_for_status()
-        if resp.headers.get("content-encoding") != "gzip":
-            raise SystemExit(f"{url} did not answer gzipped")
+        if (resp.headers.get("content-encoding") == "gzip") != gzipped:
+            raise SystemExit(f"{url} did not answer {'gzipped' if gzipped else 'uncompressed'}")
         return b"".join(resp.iter_raw()), resp.headers.get("content-type", "application/json")
 
 
@@ -274,6 +278,8 @@ class Tower:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.reader_token = reader_token or new_token()
+        #: An admin's token: the uncompressed /queue row (the full view, private fields and all).
+        self.admin_token = new_token()
         # SlurmUser must reach the sensor's notify program: a world-traversable directory
         # next to the configured one (not /tmp, which may be private to this user).
         self.state_dir = settings.state_dir / f"bench-api-{os.getpid()}-{self.port}"
@@ -286,7 +292,9 @@ class Tower:
             "SLURMTOWER_EVENTS__SENSOR_ENABLED": str(users_config).lower(),
             "SLURMTOWER_ARCHIVER__ARCHIVE_USAGE_LOAD": str(users_config).lower(),
             "SLURMTOWER_AUTH__TOKENS": json.dumps([{"name": "bench-reader", "role": "reader",
-                                                    "sha256": hash_token(self.reader_token)}]
+                                                    "sha256": hash_token(self.reader_token)},
+                                                   {"name": "bench-admin", "role": "admin",
+                                                    "sha256": hash_token(self.admin_token)}]
                                                   if users_config else []),
             **(env_extra or {}),
         })
@@ -474,6 +482,8 @@ def run_replicas(args: argparse.Namespace, settings: Settings, out: Report, use_
 #: (route, slurmrestd path, throughput target vs slurmrestd) -- issue 10's targets.
 ROUTES = (("/queue", "/slurm/v0.0.38/jobs", 3000.0), ("/nodes", "/slurm/v0.0.38/nodes", 15.0))
 P99_TARGET_MS = 20.0
+#: Uncompressed /queue (a client that sends no Accept-Encoding) against the same bytes from memory.
+PLAIN_SHARE_TARGET = 0.5
 TOKEN_TOLERANCE = 0.10
 
 
@@ -586,6 +596,21 @@ def main() -> None:
                     run(route, "uvicorn, same bytes", limit.url, anonymous)
                 finally:
                     limit.stop()
+                if route == "/queue":
+                    # A client that does not ask for gzip (curl, scripts) with an admin's token,
+                    # against uvicorn serving the same uncompressed bytes.
+                    plain_headers = {"Authorization": f"Bearer {tower.admin_token}", "Accept-Encoding": "identity"}
+                    plain, content_type = raw_body(tower_url, plain_headers, gzipped=False)
+                    out(f"{route}: the admin's view uncompressed {len(plain) / 1024:.1f} KiB")
+                    measure(tower_url, plain_headers, args.clients, min(args.duration, 3.0), use_wrk)
+                    run(route, "slurmtower, admin token, no gzip", tower_url, plain_headers)
+                    limit = Limit(plain, content_type, tower.state_dir, gzipped=False)
+                    try:
+                        identity = {"Accept-Encoding": "identity"}
+                        measure(limit.url, identity, args.clients, min(args.duration, 3.0), use_wrk)
+                        run(route, "uvicorn, same bytes, no gzip", limit.url, identity)
+                    finally:
+                        limit.stop()
                 run(route, "slurmrestd", rest_url, rest_headers)
             out(f"  {tower.background()}")
         finally:
@@ -613,6 +638,9 @@ def main() -> None:
               "slurmtower, no token": ("slurmtower", "users'", "none"),
               "slurmrestd": ("slurmrestd", "devcluster", "Slurm JWT"),
               "uvicorn, same bytes": ("perfect-cache limit", "uvicorn, fixed bytes", "none"),
+              "slurmtower, admin token, no gzip": ("slurmtower, uncompressed", "users'", "admin token"),
+              "uvicorn, same bytes, no gzip": ("perfect-cache limit, uncompressed", "uvicorn, fixed bytes",
+                                               "none"),
               "slurmtower stripped, no token": ("slurmtower", "stripped", "none")}
     for (route, name), res in rows.items():
         target, config, cred = labels[name]
@@ -639,6 +667,14 @@ def main() -> None:
             out(f"- {route}: with a token {of_limit:.0%} of the perfect-cache limit ({tok.rps:,.0f} / "
                 f"{limit_row.rps:,.0f} req/s: uvicorn serving the same bytes) "
                 f"[{'ok' if of_limit >= LIMIT_SHARE_TARGET else 'MISS'}: target {LIMIT_SHARE_TARGET:.0%}]")
+    plain_row, plain_limit = (rows.get(("/queue", n)) for n in ("slurmtower, admin token, no gzip",
+                                                                 "uvicorn, same bytes, no gzip"))
+    if plain_row is not None and plain_limit is not None and plain_limit.rps:
+        of_limit = plain_row.rps / plain_limit.rps
+        out(f"- /queue uncompressed (admin token): {of_limit:.0%} of uvicorn serving the same bytes "
+            f"({plain_row.rps:,.0f} / {plain_limit.rps:,.0f} req/s, p99 {plain_row.p99_ms:.1f} vs "
+            f"{plain_limit.p99_ms:.1f} ms) [{'ok' if of_limit >= PLAIN_SHARE_TARGET else 'MISS'}: target "
+            f"{PLAIN_SHARE_TARGET:.0%}, issue 41]")
     finish(out, args.output, changed)
 
 

@@ -8,7 +8,6 @@ The snapshots themselves are :mod:`slurmtower.live.cache`'s.
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -44,7 +43,7 @@ def _answer(rendered: Rendered, if_none_match: str | None, accept_encoding: str,
         headers.append((b"content-encoding", b"gzip"))
         body = rendered.gzip
     else:
-        body = rendered.body if rendered.body is not None else zlib.decompress(rendered.gzip or b"", wbits=31)
+        body = rendered.plain()
     headers += [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
     return 200, headers, body
 

@@ -41,6 +41,7 @@ import logging
 import pickle
 import resource
 import time
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
@@ -84,7 +85,11 @@ class Rendered:
     """A view of one or more snapshots, serialized once.
 
     A big view keeps only its gzip (``body`` is ``None``): the queue of 100,000 jobs is 45 MB
-    of JSON and 4 MB compressed; the rare client that does not take gzip gets it inflated.
+    of JSON and 4 MB compressed. A client that does not take gzip gets it inflated once per
+    view (:meth:`plain`): the inflated bytes then live as long as the view (until the next
+    refresh replaces it), so only views asked for uncompressed pay their memory, and every such
+    request after the first is served from memory (inflating 1.8 MB per request held an
+    uncompressed /queue at 2,000 jobs to a sixth of the gzipped throughput).
     """
 
     body: bytes | None
@@ -93,6 +98,17 @@ class Rendered:
     fetched_at: datetime
     fetched_mono: float
     stale: bool
+    _plain: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def plain(self) -> bytes:
+        """The uncompressed body: :attr:`body`, or the gzip inflated once and kept."""
+        if self.body is not None:
+            return self.body
+        if self._plain is None:
+            # Two requests racing here inflate twice and keep one: harmless.
+            object.__setattr__(self, "_plain", zlib.decompress(self.gzip or b"", wbits=31))
+        assert self._plain is not None
+        return self._plain
 
 
 @dataclass(frozen=True)
