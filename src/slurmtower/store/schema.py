@@ -308,6 +308,11 @@ web_sessions = Table(
     # Revision 6: the person's groups that some cluster gives a role (``[[clusters]] roles``,
     # ``group:<name>``), at most MAX_SESSION_GROUPS of at most 255 characters.
     Column("groups", JSON, nullable=True),
+    # Revision 7: the credential the session was made from. The SHA-256 of its static token
+    # (None: a sign-on, a JWT): revoking, expiring or removing that token ends the session.
+    Column("credential_sha256", String(64), nullable=True),
+    # When that credential expires (unix seconds; None: never, or a sign-on): the session ends then.
+    Column("credential_expires_at", Float, nullable=True),
     Index("ix_web_sessions_expires_at", "expires_at"),
 )
 
