@@ -16,7 +16,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,18 @@ import httpx
 import jwt
 import pytest
 
+from slurmtower.actions import Catalogue
+from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster, find_slurm_installs, release_cluster_layout
 from slurmtower.devcluster.several import write_clusters_config
 from slurmtower.errors import ConfigError
+from slurmtower.principal import ACTION_PERM, Perm, hash_token
 from slurmtower.settings import load_settings
 from tests.conftest import WORKER, restore_all_nodes, scale_sh, sh, wait_for
 from tests.redis_helpers import PrivateRedis
 from tests.sensor_helpers import SLURMTOWER, cluster_state_dir
 from tests.serve_helpers import ServeProcess
+from tests.test_routes_classified import MUTATING, classify
 from tests.ui_browser import browser, page_as, shoot
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -45,6 +50,8 @@ SECOND_PORT_BASE = 28600 + 200 * N
 #: The tower's JWT settings (a site's identity provider, here a key of the test's own).
 JWT_KEY = "clusters-test-" + "k" * 32
 JWT_ISSUER = "https://idp.example"
+#: The tower's ``alerter`` token (named ``alertmanager``, not named by the second cluster).
+ALERTER = "stw_clusters_test_alerter_token"
 
 
 def _states(cluster: DevCluster) -> dict[str, str]:
@@ -65,12 +72,16 @@ def _held_jobs(cluster: DevCluster, count: int, name: str) -> list[int]:
     return ids
 
 
-def multi_config(first: DevCluster, second: DevCluster, state_dir: Path, **second_entry: Any) -> Path:
+def multi_config(first: DevCluster, second: DevCluster, state_dir: Path, *,
+                 tokens: Sequence[dict[str, str]] = (), **second_entry: Any) -> Path:
     """The two clusters' ``[[clusters]]`` configuration (the first the default), a fast sensor,
-    the breaker off (as everywhere but its own tests)."""
+    the breaker off (as everywhere but its own tests); ``tokens`` join the first cluster's."""
+    top: dict[str, Any] = {}
+    if tokens:
+        top["auth"] = {"tokens": [*tomllib.loads(first.tower_conf.read_text())["auth"]["tokens"], *tokens]}
     return write_clusters_config(state_dir / "clusters.yaml", [first, second], state_dir,
                                  [{}, {"label": "second cluster", **second_entry}],
-                                 events={"poll_interval": 0.5}, actions={"breaker_enabled": False})
+                                 events={"poll_interval": 0.5}, actions={"breaker_enabled": False}, **top)
 
 
 def tower_env(config: Path, **settings: str) -> dict[str, str]:
@@ -98,10 +109,12 @@ def second(devcluster: DevCluster) -> Iterator[DevCluster]:
 @pytest.fixture(scope="module")
 def tower(devcluster: DevCluster, second: DevCluster) -> Iterator[ServeProcess]:
     """``slurmtower serve`` over both clusters; the second one's readers and operators only
-    read it (``max_role = reader``) except the demo operator, an operator there too."""
+    read it (``max_role = reader``) except the demo admin, an operator there, and nora, who
+    only posts its alerts there; an ``alerter`` token besides the demo tokens."""
     state = cluster_state_dir(devcluster, "clusters")
     config = multi_config(devcluster, second, state, max_role="reader",
-                          roles={"demo-admin": "operator", "group:gpu-ops": "operator"})
+                          roles={"demo-admin": "operator", "group:gpu-ops": "operator", "nora": "alerter"},
+                          tokens=[{"name": "alertmanager", "role": "alerter", "sha256": hash_token(ALERTER)}])
     env = tower_env(config, SLURMTOWER_ACTIONS__BREAKER_ENABLED="false",
                SLURMTOWER_AUTH__JWT_KEY=JWT_KEY, SLURMTOWER_AUTH__JWT_ISSUERS=f'["{JWT_ISSUER}"]',
                SLURMTOWER_AUTH__JWT_AUDIENCE="slurmtower", SLURMTOWER_AUTH__JWT_ALGORITHMS='["HS256"]')
@@ -395,6 +408,55 @@ def test_a_role_per_cluster_from_a_jwts_groups(tower: ServeProcess, second: DevC
         assert forged.get("/clusters").status_code == 401
 
 
+def test_every_route_of_a_cluster_goes_by_the_role_that_cluster_gives(
+        tower: ServeProcess, tokens: dict[str, str], devcluster: DevCluster, second: DevCluster) -> None:
+    """Every route under ``/clusters/{cluster}`` (enumerated from the application: a new one
+    cannot forget), and its ``?cluster=`` twin, refuses a caller whose deployment role has the
+    route's permission but whose role on the second cluster does not: nora (a reader, only an
+    alerter there) every read, the demo operator (a reader there) the alert hook and every
+    operator action, the demo admin (an operator there) every admin action. Alerts: the hook
+    takes an alerter the cluster names (nora) and refuses one it does not (capped at reader)."""
+    name = second.cluster_name
+    firing = (Path(__file__).parent / "data" / "alertmanager-firing.json").read_bytes()
+    nora = _jwt(JWT_KEY, sub="nora", role="reader")
+    capped = {Perm.READ: nora, Perm.OPERATE: tokens["operator"], Perm.ADMIN: tokens["admin"]}
+    rows, _ = classify(create_app(load_settings(Path(tower.env["SLURMTOWER_CONFIG"]), environ={})))
+    walked = set()
+    for method, path, perm in rows:
+        if not (path == "/clusters/{cluster}" or path.startswith("/clusters/{cluster}/")) or perm == Perm.PUBLIC:
+            continue
+        own = path.replace("{cluster}", name).replace("{name}", "slurm.node.drain").replace("{execution_id}", "x1")
+        flat = own.removeprefix(f"/clusters/{name}")
+        for url in [own, *([f"{flat}?cluster={name}"] if flat else [])]:
+            with _as(tower, capped[perm]) as caller:
+                resp = caller.request(method, url, content=firing if "/hooks/" in url else None,
+                                      json={"nodes": "n2", "reason": "mc walk"} if "/actions/" in url and
+                                      method in MUTATING else None,
+                                      headers={"Content-Type": "application/json"})
+            assert resp.status_code == 403, f"{method} {url} ({perm.name}, capped) -> {resp.status_code} {resp.text}"
+        walked.add((method, path))
+    assert {("GET", "/clusters/{cluster}/queue"), ("POST", "/clusters/{cluster}/hooks/alertmanager"),
+            ("GET", "/clusters/{cluster}/events/stream")} <= walked
+    # An action's own permission, checked per action, is the cluster's role too.
+    for action in Catalogue.names():
+        needed = ACTION_PERM[Catalogue.spec(action).permission]
+        if needed > Perm.READ:
+            with _as(tower, capped[needed]) as caller:
+                resp = caller.post(f"/clusters/{name}/actions/{action}", json={"nodes": "n2", "reason": "mc walk"})
+            assert resp.status_code == 403, f"{action} ({needed.name}, capped) -> {resp.status_code} {resp.text}"
+    # Each caller keeps its deployment role on the default cluster; nora posts the second's alerts.
+    with _as(tower, nora) as caller:
+        assert caller.get(f"/clusters/{devcluster.cluster_name}/queue", params={"limit": 1}).status_code == 200
+        assert caller.post(f"/clusters/{name}/hooks/alertmanager", content=firing).status_code == 200
+    with _as(tower, tokens["operator"]) as caller:
+        assert caller.post("/hooks/alertmanager", content=firing).status_code == 200
+    with _as(tower, ALERTER) as alerter:
+        assert alerter.post("/hooks/alertmanager", content=firing).status_code == 200
+        refused = alerter.post(f"/clusters/{name}/hooks/alertmanager", content=firing)
+        assert refused.status_code == 403 and "alertmanager (none)" in refused.json()["detail"], refused.text
+        assert alerter.get("/queue").status_code == 403 and alerter.get(f"/clusters/{name}/queue").status_code == 403
+
+
 def test_bad_cluster_names_are_clear_errors(reader: httpx.Client) -> None:
     r = reader.get("/clusters/nope/queue")
     assert r.status_code == 404 and r.json()["param"] == "cluster" and "nope" in r.json()["detail"]
@@ -559,6 +621,11 @@ def test_a_clusters_role_goes_by_name_then_by_its_highest_group_then_the_cap() -
     assert role_on_cluster(carl, roles, "reader").role == "reader"  # capped
     assert role_on_cluster(carl, roles, None).role == "operator"
     assert role_on_cluster(ANONYMOUS, roles, "reader") is ANONYMOUS
+    # an alerter capped below operate posts no alerts there, and reads nothing either
+    alerter = Principal(name="am", role="alerter")
+    assert role_on_cluster(alerter, roles, "reader").role == "none"
+    assert role_on_cluster(alerter, roles, "operator").role == "alerter"
+    assert role_on_cluster(alerter, {"am": "alerter"}, "reader").role == "alerter"
 
 
 # -- a newer release beside 22.05, several processes ------------------------------------------

@@ -93,6 +93,9 @@ def role_on_cluster(principal: Principal, roles: Mapping[str, str], max_role: st
     (``[[clusters]] roles``), else the highest it gives one of its groups (``group:<name>``),
     else its deployment role capped at the cluster's ``max_role``
     (an operator of the test cluster who only reads production). Anonymous stays anonymous.
+
+    An ``alerter`` capped below ``operator`` keeps no role there (``none``): its alerts drive
+    the rules' drains, an operator's reach, and being capped must not make it a reader either.
     """
     if principal is ANONYMOUS or (not roles and max_role is None):
         return principal
@@ -105,6 +108,8 @@ def role_on_cluster(principal: Principal, roles: Mapping[str, str], max_role: st
         return principal if own == principal.role else replace(principal, role=own)
     if max_role is not None and role_perm(max_role) < principal.perm:
         return replace(principal, role=max_role)
+    if principal.role == ALERTER and max_role is not None and role_perm(max_role) < Perm.OPERATE:
+        return replace(principal, role="none")
     return principal
 
 

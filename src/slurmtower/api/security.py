@@ -646,12 +646,15 @@ async def _authenticate(request: Request) -> Principal:
     return principal
 
 
-def require(perm: Perm):  # type: ignore[no-untyped-def]
-    """A dependency that lets the route run only for callers with ``perm``.
+def require(perm: Perm, *, or_role: str | None = None):  # type: ignore[no-untyped-def]
+    """A dependency that lets the route run only for callers with ``perm`` on the cluster the
+    request is for (or, with ``or_role``, callers of that role there: the alert hooks'
+    ``alerter``).
 
     Use it in ``dependencies=[require(Perm.READ)]`` or as a parameter to get the
-    :class:`Principal`. The dependency carries ``__slurmtower_perm__`` so that the route
-    classification test can read each route's declared permission.
+    :class:`Principal` (with its role on that cluster). The dependency carries
+    ``__slurmtower_perm__`` so that the route classification test can read each route's
+    declared permission.
     """
 
     async def dependency(request: Request) -> Principal:
@@ -675,9 +678,9 @@ def require(perm: Perm):  # type: ignore[no-untyped-def]
             if perm == Perm.READ and settings.auth.anonymous_read:
                 return principal
             raise AuthenticationError("authentication required")
-        if principal.perm < perm:
+        if principal.perm < perm and (or_role is None or principal.role != or_role):
             raise PermissionDenied(f"{principal.name} ({principal.role}) may not do this: needs "
-                                   f"{perm.name.lower()}")
+                                   f"{perm.name.lower()}" + (f" or the {or_role} role" if or_role else ""))
         return principal
 
     dependency.__slurmtower_perm__ = perm  # type: ignore[attr-defined]

@@ -4,7 +4,9 @@
 
 ``/hooks/alertmanager`` takes a bearer token of role ``alerter`` (a token that may post
 alerts and do nothing else: give it to Alertmanager's ``http_config.authorization``), or of
-an operator or admin. ``/hooks/generic`` authenticates the request itself with
+an operator or admin; the role is the one the cluster the alert is for gives
+(``/clusters/{cluster}/hooks/alertmanager``, ``[[clusters]] roles`` and ``max_role``), as on
+every route of a cluster. ``/hooks/generic`` authenticates the request itself with
 ``hooks.generic_secret`` and so declares no role. Bodies are read up to
 ``hooks.max_body_bytes`` (413 beyond, before the rest is read); a body that is not JSON, or
 not of the expected shape, is a 400 problem naming the bad part (``body``, ``version``,
@@ -22,13 +24,13 @@ import logging
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import problems
 from slurmtower.api.reads import read_capped
-from slurmtower.api.security import ANONYMOUS, Perm, Principal, authenticate, require
-from slurmtower.errors import AuthenticationError, InvalidInput, NotFound, PayloadTooLarge, PermissionDenied
+from slurmtower.api.security import Perm, Principal, require
+from slurmtower.errors import AuthenticationError, InvalidInput, NotFound, PayloadTooLarge
 from slurmtower.events.alerts import (
     ParsedAlert,
     parse_alertmanager,
@@ -94,25 +96,12 @@ _GENERIC_BODY: dict[str, Any] = {
 }
 
 
-def _may_post_alerts():  # type: ignore[no-untyped-def]
-    """A dependency letting through ``alerter`` tokens and operators (or admins).
-
-    It declares :attr:`Perm.OPERATE` for the route classification: an alert can drain nodes
-    through a rule. The ``alerter`` role has no permission of its own (every other route
-    refuses it), so Alertmanager's token cannot read the cluster or act on it directly.
-    """
-
-    async def dependency(request: Request) -> Principal:
-        principal = await authenticate(request)
-        if principal is ANONYMOUS:
-            raise AuthenticationError("authentication required")
-        if principal.role != ALERTER_ROLE and principal.perm < Perm.OPERATE:
-            raise PermissionDenied(f"{principal.name} ({principal.role}) may not post alerts: needs an "
-                                   f"{ALERTER_ROLE} token, or operate")
-        return principal
-
-    dependency.__slurmtower_perm__ = Perm.OPERATE  # type: ignore[attr-defined]
-    return Depends(dependency)
+#: Who may post alerts: ``alerter`` tokens and operators (or admins), as their role on the
+#: cluster the alert is for (``[[clusters]] roles``, ``max_role``), decided by ``require`` like
+#: every other route. It declares :attr:`Perm.OPERATE`: an alert can drain nodes through a rule.
+#: The ``alerter`` role has no permission of its own (every other route refuses it), so
+#: Alertmanager's token cannot read the cluster or act on it directly.
+_MAY_POST_ALERTS = require(Perm.OPERATE, or_role=ALERTER_ROLE)
 
 
 def _store(services: Services) -> EventStore:
@@ -144,7 +133,7 @@ async def _record(services: Services, store: EventStore, alerts: list[ParsedAler
 @router.post("/hooks/alertmanager", openapi_extra=_ALERTMANAGER_BODY,
              responses=problems(400, 401, 403, 404, 413, 429))
 async def alertmanager_hook(request: Request, services: ClusterDep,
-                            principal: Annotated[Principal, _may_post_alerts()]) -> dict[str, Any]:
+                            principal: Annotated[Principal, _MAY_POST_ALERTS]) -> dict[str, Any]:
     """Alertmanager's webhook (``webhook_config``): one event per alert (``alert.firing`` /
     ``alert.resolved``, the node from its labels), for rules to match. An ``alerter``,
     operator or admin token."""
