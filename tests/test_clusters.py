@@ -384,6 +384,38 @@ def test_a_role_per_cluster_holds(tower: ServeProcess, tokens: dict[str, str], d
         assert refused.status_code == 403 and "(operator)" in refused.json()["detail"]
 
 
+def test_executions_and_idempotency_keys_are_each_clusters_own(tower: ServeProcess, tokens: dict[str, str],
+                                                                devcluster: DevCluster, second: DevCluster) -> None:
+    """An execution is read on its cluster only (on the other: 404, as an id never used); a
+    principal's idempotency key is its own on each cluster: the same key on the other cluster
+    runs there (not a 409 naming the first cluster's execution), and a retry on each cluster
+    replays that cluster's execution; other parameters on one cluster are still a 409."""
+    name, default = second.cluster_name, devcluster.cluster_name
+    key = {"Idempotency-Key": f"mc-key-{time.time_ns()}"}
+    body = {"nodes": "n2", "reason": "mc key", "dry_run": True}
+    with _as(tower, tokens["admin"]) as admin:
+        first = admin.post(f"/clusters/{default}/actions/slurm.node.drain", json=body, headers=key)
+        assert first.status_code == 200 and first.json()["cluster"] == default, first.text
+        ours = first.json()["execution_id"]
+        assert admin.get(f"/clusters/{default}/executions/{ours}").json()["execution_id"] == ours
+        assert admin.get(f"/executions/{ours}").json()["execution_id"] == ours
+        for url in (f"/clusters/{name}/executions/{ours}", f"/executions/{ours}?cluster={name}",
+                    f"/clusters/{name}/executions/{ours}?format=st2"):
+            elsewhere = admin.get(url)
+            assert elsewhere.status_code == 404 and elsewhere.json()["param"] == "execution_id", (url, elsewhere.text)
+        theirs = admin.post(f"/clusters/{name}/actions/slurm.node.drain", json=body, headers=key)
+        assert theirs.status_code == 200, theirs.text
+        assert theirs.json()["execution_id"] != ours and theirs.json()["cluster"] == name
+        assert admin.get(f"/clusters/{name}/executions/{theirs.json()['execution_id']}").status_code == 200
+        assert admin.get(f"/executions/{theirs.json()['execution_id']}").status_code == 404
+        for cluster, expected in ((name, theirs.json()["execution_id"]), (default, ours)):
+            again = admin.post(f"/clusters/{cluster}/actions/slurm.node.drain", json=body, headers=key)
+            assert again.status_code == 200 and again.json()["execution_id"] == expected, (cluster, again.text)
+        other = admin.post(f"/clusters/{name}/actions/slurm.node.drain", json={**body, "reason": "mc other"},
+                           headers=key)
+        assert other.status_code == 409 and theirs.json()["execution_id"] in other.json()["detail"], other.text
+
+
 def _jwt(key: str, **claims: Any) -> str:
     now = int(time.time())
     return jwt.encode({"iss": JWT_ISSUER, "aud": "slurmtower", "sub": "gina", "iat": now, "exp": now + 300,

@@ -63,7 +63,7 @@ from slurmtower.store.schema import TABLE_NAMES, metadata
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1/test"
 SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
-HEAD = "0007_session_credentials"
+HEAD = "0008_executions_per_cluster"
 PREVIOUS = "0004_node_holds"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import MetaData, create_engine, select
+from sqlalchemy import MetaData, create_engine, inspect, select
 
 from slurmtower.devcluster import DevCluster
 from slurmtower.store.revision import HEAD_REVISION
@@ -210,6 +210,17 @@ def table_columns(url: str) -> dict[str, list[str]]:
         engine.dispose()
 
 
+def table_indexes(url: str) -> dict[str, set[tuple[str | None, tuple[str, ...], bool]]]:
+    """Each table's indexes: (name, columns, unique)."""
+    engine = create_engine(url)
+    try:
+        found = inspect(engine)
+        return {name: {(ix["name"], tuple(c or "" for c in ix["column_names"]), bool(ix["unique"]))
+                       for ix in found.get_indexes(name)} for name in found.get_table_names()}
+    finally:
+        engine.dispose()
+
+
 def as_before(records: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``records`` with only the fields the previous release's records had."""
     keys = {k for r in before for k in r}
@@ -304,9 +315,9 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
         old_release.cli("run", "slurm.node.resume", f"nodes={NODE}", env=base_env)
         wait_for(lambda: len(node_events(old_release)) >= 2, 30, what="the resume event")
         old_release.cli("run", "slurm.node.drain", f"nodes={HELD}", "reason=held over the upgrade", env=base_env)
+        keyed = {"Authorization": f"Bearer {tokens['operator']}", "Idempotency-Key": "across-the-upgrade"}
         answer = httpx.post(f"{api_url}/actions/slurm.node.drain", params={"dry_run": "true"},
-                            json={"nodes": NODE, "reason": "a dry run"},
-                            headers={"Authorization": f"Bearer {tokens['operator']}"}, timeout=30)
+                            json={"nodes": NODE, "reason": "a dry run"}, headers=keyed, timeout=30)
         assert answer.status_code == 200, answer.text
         alert = subprocess.run([*old_release.command, "alert", "-"], input=json.dumps(ALERTMANAGER),
                                env={**base_env, **old_release.env}, capture_output=True, text=True, timeout=60,
@@ -319,6 +330,7 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
         # -- the upgrade, as the README says ------------------------------------------------
         before = snapshot(url)
         old_columns = table_columns(url)
+        old_indexes = table_indexes(url)
         for table in ("events", "node_states", "action_executions", "action_audit", "node_holds",
                       "login_failures", "deployment"):
             assert before[table], f"the previous release wrote no {table}"
@@ -349,7 +361,8 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
                 for col in cols:
                     assert {r for (r,) in snapshot(url, {table: [col]})[table]} <= defaults[col], (table, col)
         assert after[VERSION_TABLE] == [(HEAD_REVISION,)]
-        assert set(after) >= set(before) and (set(after) > set(before) or any(added.values()))
+        assert set(after) >= set(before) and (set(after) > set(before) or any(added.values())
+                                              or table_indexes(url) != old_indexes)
         assert revision(new_release.cli("db", "current", env=base_env).stdout) == HEAD_REVISION
 
         # -- today's release runs on the upgraded store ----------------------------------
@@ -360,6 +373,10 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
         assert as_before(new_audit, old_audit) == old_audit
         assert {r.get("cluster") for r in [*events(new_release), *new_audit]} == {None}
         start(new)
+        # an idempotency key used before the upgrade replays its execution after it
+        again = httpx.post(f"{api_url}/actions/slurm.node.drain", params={"dry_run": "true"},
+                           json={"nodes": NODE, "reason": "a dry run"}, headers=keyed, timeout=30)
+        assert again.status_code == 200 and again.json()["execution_id"] == answer.json()["execution_id"], again.text
         new_release.cli("run", "slurm.node.drain", f"nodes={NODE}", "reason=after the upgrade", env=base_env)
         wait_for(lambda: len(node_events(new_release)) >= 3, 30, what="an event of today's sensor")
         new_release.cli("run", "slurm.node.resume", f"nodes={NODE}", env=base_env)

@@ -6,7 +6,9 @@ SQLAlchemy Core over any URL; the default is SQLite under ``state_dir``
 * ``action_executions``: one row per execution (``GET /executions/{id}``): a mutating one
   written ``running`` before it acts (:meth:`ActionStore.record_intent`) and completed after
   (:meth:`ActionStore.record_outcome`); read-only ones only when ``actions.record_reads``;
-  purged after ``actions.retention_days`` (:meth:`ActionStore.purge_executions`);
+  purged after ``actions.retention_days`` (:meth:`ActionStore.purge_executions`). Each row
+  is its cluster's: a store reads back (an execution by id, a principal's idempotency key)
+  only the rows of its own cluster, as it does the audit log;
 * ``action_audit``: append-only; per mutating action an ``intent`` record before it acts and
   its outcome after (dry runs, refusals and failures included); a rejected one (bad input)
   has only its outcome. Each record's parameters are bounded (:func:`bounded_parameters`);
@@ -159,8 +161,8 @@ class ActionStore:
         """Before a mutating action acts: its ``running`` execution row and its ``intent``
         audit record, in one transaction.
 
-        Raises :class:`KeyTaken` when this principal's ``idempotency_key`` is already used,
-        :class:`StoreError` when the store cannot be written (the caller must not act).
+        Raises :class:`KeyTaken` when this principal's ``idempotency_key`` is already used on
+        this cluster, :class:`StoreError` when the store cannot be written (the caller must not act).
         """
         row = {
             "execution_id": execution_id, "action": action, "status": RUNNING, "principal": principal,
@@ -197,9 +199,10 @@ class ActionStore:
             raise StoreError(f"cannot record the outcome: {exc.__class__.__name__}") from exc
 
     def find_by_key(self, principal: str, idempotency_key: str) -> KeyedExecution | None:
-        """The execution ``principal`` first ran with ``idempotency_key``, if any."""
+        """The execution ``principal`` first ran with ``idempotency_key`` on this cluster, if any."""
         stmt = select(executions.c.execution_id, executions.c.params_digest, executions.c.status,
-                      executions.c.envelope).where(executions.c.principal == principal,
+                      executions.c.envelope).where(executions.c.cluster == self.cluster,
+                                                   executions.c.principal == principal,
                                                    executions.c.idempotency_key == idempotency_key)
         try:
             with self.engine.connect() as conn:
@@ -228,12 +231,14 @@ class ActionStore:
         return int(result.rowcount or 0)
 
     def get_execution(self, execution_id: str) -> Envelope | None:
-        """The envelope of an execution; :class:`Conflict` for one that has no recorded
-        outcome (running, or its outcome could not be recorded)."""
+        """The envelope of one of this cluster's executions (``None``: none of this id here);
+        :class:`Conflict` for one that has no recorded outcome (running, or its outcome could
+        not be recorded)."""
         try:
             with self.engine.connect() as conn:
                 row = conn.execute(
-                    select(executions.c.status, executions.c.envelope).where(executions.c.execution_id == execution_id)
+                    select(executions.c.status, executions.c.envelope)
+                    .where(executions.c.execution_id == execution_id, executions.c.cluster == self.cluster)
                 ).first()
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot read executions: {exc.__class__.__name__}") from exc

@@ -196,12 +196,12 @@ action_executions = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("ended_at", DateTime(timezone=True), nullable=False),
     Column("envelope", Text, nullable=False),
-    # 0003: a client's Idempotency-Key (unique per principal) and the digest of the action
-    # and parameters it was first used with.
+    # 0003: a client's Idempotency-Key (unique per principal and, since 0008, cluster) and the
+    # digest of the action and parameters it was first used with.
     Column("idempotency_key", String(255), nullable=True),
     Column("params_digest", String(64), nullable=True),
     _cluster(),
-    Index("ix_action_executions_key", "principal", "idempotency_key", unique=True),
+    Index("ix_action_executions_key", "cluster", "principal", "idempotency_key", unique=True),
     Index("ix_action_executions_started_at", "started_at"),
 )
 
