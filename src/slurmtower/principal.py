@@ -29,7 +29,6 @@ __all__ = [
     "ROLES",
     "ROLE_PERM",
     "SESSION_COOKIE",
-    "TOKEN_RECHECK",
     "USER",
     "Perm",
     "Principal",
@@ -77,8 +76,6 @@ SESSION_COOKIE = "slurmtower_session"
 LOGIN_COOKIE = "slurmtower_login"
 #: The longest caller name taken from a credential or a sign-on (the audit's ``who`` holds 255).
 MAX_NAME = 255
-#: Seconds until every process refuses a token revoked in the store (``slurmtower token revoke``).
-TOKEN_RECHECK = 5.0
 #: Header a cookie-authenticated mutating request must carry (value ``1``).
 CSRF_HEADER = "x-slurmtower-request"
 

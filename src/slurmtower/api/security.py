@@ -14,12 +14,35 @@ Credentials, in the order they are tried:
    returns a :class:`Principal` or None; a plain function runs in a thread (it may look the
    token up in a database), a coroutine function on the event loop.
 
-Checking a token costs microseconds, so it runs on the event loop: a thread hop per request
-halves the throughput of cached reads and multiplies their p99. Only blocking work leaves
-the loop: fetching the JWKS (when it is older than five minutes, or does not know a token's
-``kid``) and a plain ``authenticate_other`` hook. The outcome is kept on the request, so the
-cached fast path (:class:`~slurmtower.api.reads.FastReads`) and the route it may hand over
-to check a request (and count a failure) once.
+Checking a token's signature or digest costs microseconds, so it runs on the event loop: a
+thread hop per request halves the throughput of cached reads and multiplies their p99. Only
+blocking work leaves the loop: fetching the JWKS (when it is older than five minutes, or does
+not know a token's ``kid``), a plain ``authenticate_other`` hook, and the store's word on
+credentials (below). The outcome is kept on the request, so the cached fast path
+(:class:`~slurmtower.api.reads.FastReads`) and the route it may hand over to check a request
+(and count a failure) once.
+
+**Whether a credential still holds is decided in one place** (:func:`_judge`), before every
+read and every act, and again while a long answer (an event stream) goes on (:func:`lapsed`):
+
+* a static token: its ``expires``, and the store's revocations (``slurmtower token revoke``,
+  another process) as read *after the request arrived*: a revocation is effective at the next
+  request, in every process of the deployment;
+* a JWT or Slurm's own token: its signature, issuer, audience and ``exp`` (plus
+  ``auth.jwt_leeway``). Nothing revokes a JWT before its ``exp``: keep them short-lived;
+* a dashboard session (the store's row, read after the request arrived): its own ends (logout
+  in any process, ``auth.session_idle_minutes`` unused, ``auth.session_hours`` after login)
+  and the credential it was made from: a session made from a static token ends when that
+  token is revoked, expires or leaves ``auth.tokens`` (and takes the entry's current name and
+  role); one made from a JWT or Slurm token ends at its ``exp``, the credential's life being
+  the most a login with it may give. A single sign-on session is not bound to the ID token's
+  ``exp`` (minutes, by design of OpenID Connect: it proves the login, it is not the session);
+  it lasts as the session settings say, and logging out at the provider is not seen here.
+
+The store's word is read in a thread by one reader at a time (:class:`_StoreWord`): a request
+waits for the next read that starts after it arrived, and all the requests arriving meanwhile
+share that read, so a busy process has about one small read in flight, not one per request.
+When the store does not answer, the revocations last read apply (logged) and sessions get 503.
 
 Failed attempts are counted per client address; past ``auth.login_failures_per_minute`` the
 address gets 429 for every credential (even a right one) until the minute has passed. Failures
@@ -33,11 +56,9 @@ address is answered from memory.
 Without an ``Authorization`` header, the dashboard's session cookie (``slurmtower_session``):
 an opaque id of a session the server keeps in the store (:mod:`slurmtower.store.sessions`),
 made at login (a token checked as above, or single sign-on: :mod:`slurmtower.api.routes.login`).
-No credential is ever kept in a cookie. A session is looked up in the store (in a thread) and
-kept in this process for :data:`SESSION_RECHECK` seconds, so a logout in another process ends
-it here within that time. Session cookies are only honoured on mutating requests that also
-send the ``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom header, so
-a browser tricked into posting to slurmtower carries no authority (CSRF).
+No credential is ever kept in a cookie. Session cookies are only honoured on mutating requests
+that also send the ``X-Slurmtower-Request: 1`` header: a cross-site form cannot add a custom
+header, so a browser tricked into posting to slurmtower carries no authority (CSRF).
 """
 
 from __future__ import annotations
@@ -51,6 +72,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
@@ -68,7 +90,6 @@ from slurmtower.principal import (
     MAX_NAME,
     ROLE_PERM,
     SESSION_COOKIE,
-    TOKEN_RECHECK,
     Perm,
     Principal,
     hash_token,
@@ -77,7 +98,8 @@ from slurmtower.principal import (
 )
 from slurmtower.settings import AuthSettings, TokenEntry
 from slurmtower.store.schema import login_failures
-from slurmtower.store.sessions import IdentityStoreError, SessionStore
+from slurmtower.store.sessions import SEEN_PRECISION, IdentityStoreError, SessionRow, SessionStore
+from slurmtower.store.sessions import digest as session_digest
 from slurmtower.store.tokens import TokenLedger
 
 __all__ = [
@@ -95,8 +117,12 @@ __all__ = [
     "authenticate",
     "declared_perm",
     "hash_token",
+    "lapsed",
     "new_token",
     "require",
+    "session_store",
+    "static_token_sha256",
+    "verify_token",
 ]
 
 log = logging.getLogger("slurmtower.auth")
@@ -105,8 +131,6 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 #: Seconds of clock skew allowed on a JWT's ``exp`` by default (``auth.jwt_leeway``).
 JWT_LEEWAY = 30
-#: Seconds a session found in the store is believed here without asking it again.
-SESSION_RECHECK = 5.0
 
 
 class LoginRateLimited(AuthenticationError):
@@ -392,114 +416,175 @@ def _looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2 and token.startswith("eyJ")
 
 
-class _Sessions:
-    """The dashboard's sessions as this process sees them: the store's, each believed for
-    :data:`SESSION_RECHECK` seconds after it was last read there."""
+@dataclass(frozen=True)
+class _Word:
+    """What one read of the store said about credentials."""
 
-    def __init__(self, store: SessionStore | None) -> None:
-        self.store = store
-        self._known: OrderedDict[str, tuple[float, Principal]] = OrderedDict()
-
-    async def principal(self, sid: str) -> Principal | None:
-        """Who the session ``sid`` is (None: no such live session)."""
-        now = time.monotonic()
-        known = self._known.get(sid)
-        if known is not None and now - known[0] < SESSION_RECHECK and (
-                known[1].expires_at is None or known[1].expires_at > time.time()):
-            return known[1]
-        if self.store is None or len(sid) > 100:
-            return None
-        row = await asyncio.to_thread(self.store.get, sid)
-        if row is None:
-            self._known.pop(sid, None)
-            return None
-        principal = Principal(name=row.name, role=row.role, via=row.via, expires_at=row.expires_at, groups=row.groups)
-        self._known[sid] = (now, principal)
-        self._known.move_to_end(sid)
-        while len(self._known) > 10_000:
-            self._known.popitem(last=False)
-        return principal
-
-    def forget(self, sid: str) -> None:
-        self._known.pop(sid, None)
+    revoked: frozenset[str]
+    """The SHA-256s of the revoked static tokens."""
+    sessions: dict[str, SessionRow]
+    """The sessions asked for, by id digest (one missing: ended or unknown)."""
+    sessions_error: IdentityStoreError | None = None
+    """Why the sessions could not be read (their requests get it: 503)."""
 
 
-class _TokenState:
-    """The store's word on this deployment's static tokens, as this process knows it: which
-    are revoked (read again every :data:`TOKEN_RECHECK` seconds, in a thread, while requests
-    go on with the last set; the first use waits for the first read), and their uses (one
-    per token and minute, written at once by such a read)."""
+class _StoreWord:
+    """The store's word on this deployment's credentials (revoked static tokens, sessions),
+    read for the requests that need it, in threads, by one reader at a time.
 
-    def __init__(self, ledger: TokenLedger | None) -> None:
+    A request waits for the next read that *starts after it arrived* (what another process
+    revoked or ended before the request is seen by it), and every request arriving meanwhile
+    shares that read: under load one small read is in flight at a time, not one per request.
+    Uses are written after the answer, in the same way: a static token's at most once a minute
+    (``token list``'s last use), a session's when it is :data:`SEEN_PRECISION` newer than the
+    store's (the idle clock).
+
+    When the store does not answer, the revocations last read apply (logged); sessions, which
+    only the store knows, get :class:`IdentityStoreError` (503).
+    """
+
+    def __init__(self, ledger: TokenLedger | None, store: SessionStore | None) -> None:
         self.ledger = ledger
+        self.store = store
+        #: The revocations of the last read that answered.
         self.revoked: frozenset[str] = frozenset()
-        self._read_at = float("-inf")
-        self._uses: dict[str, tuple[str, float, str]] = {}
+        #: Reads and writes made (for tests and the bench).
+        self.reads = self.writes = 0
+        self._next: asyncio.Future[_Word] | None = None
+        self._keys: set[str] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._token_uses: dict[str, tuple[str, float, str]] = {}
         self._queued_at: dict[str, float] = {}
-        self._reading: asyncio.Task[None] | None = None
+        self._session_uses: dict[str, float] = {}
+        self._session_seen: dict[str, float] = {}
+        self._writer: asyncio.Task[None] | None = None
 
-    async def is_revoked(self, sha256: str, name: str, address: str) -> bool:
-        """Whether the token is revoked; its use is noted for the store."""
-        if self.ledger is None:
-            return False
-        now = time.time()
-        queued = now - self._queued_at.get(sha256, float("-inf")) > 60
-        if queued:
+    async def word(self, session: str | None = None) -> _Word:
+        """The word of a read started after this call (with the session of id digest ``session``)."""
+        if self.ledger is None and self.store is None:
+            return _Word(revoked=frozenset(), sessions={})  # no store: nothing revoked, no session
+        loop = asyncio.get_running_loop()
+        found = self._next
+        if found is None or found.get_loop() is not loop:  # (a test's app may outlive a loop)
+            found = self._next = loop.create_future()
+            self._keys = set()
+        if session is not None:
+            self._keys.add(session)
+        if self._reader is None or self._reader.done():
+            self._reader = loop.create_task(self._read_all())
+        return await asyncio.shield(found)
+
+    async def _read_all(self) -> None:
+        # One read at a time; the requests that arrived during one share the next.
+        while self._next is not None:
+            waiting, keys = self._next, self._keys
+            self._next, self._keys = None, set()
+            self.reads += 1
+            try:
+                word = await asyncio.to_thread(self._read, keys)
+            except Exception as exc:  # noqa: BLE001 - the waiting requests get it (none may hang)
+                if not waiting.done():
+                    waiting.set_exception(exc)
+                continue
+            if not waiting.done():
+                waiting.set_result(word)
+
+    def _read(self, keys: set[str]) -> _Word:
+        if self.ledger is not None:
+            try:
+                self.revoked = self.ledger.revoked()
+            except IdentityStoreError as exc:
+                log.warning("tokens: the store does not answer (%s); the last revocations read here apply",
+                            exc.message)
+        rows: dict[str, SessionRow] = {}
+        error = None
+        if keys and self.store is not None:
+            try:
+                rows = self.store.rows(keys)
+            except IdentityStoreError as exc:
+                error = exc
+        return _Word(revoked=self.revoked, sessions=rows, sessions_error=error)
+
+    def token_used(self, sha256: str, name: str, address: str, now: float) -> None:
+        """Note a use of a static token (written at most once a minute per token)."""
+        if self.ledger is not None and now - self._queued_at.get(sha256, float("-inf")) > 60:
             self._queued_at[sha256] = now
-            self._uses[sha256] = (name, now, address)
-        if self._read_at == float("-inf"):
-            await self._read()
-        elif ((queued or time.monotonic() - self._read_at > TOKEN_RECHECK)
-              and (self._reading is None or self._reading.done())):
-            self._reading = asyncio.get_running_loop().create_task(self._read())
-        return sha256 in self.revoked
+            self._token_uses[sha256] = (name, now, address)
+            self._write_uses()
 
-    async def _read(self) -> None:
-        uses, self._uses = self._uses, {}
-        ledger = self.ledger
-        assert ledger is not None
+    def session_used(self, key: str, now: float, seen_at: float) -> None:
+        """Note a use of the session of id digest ``key`` (the store held ``seen_at``)."""
+        if now - seen_at >= SEEN_PRECISION:
+            self._session_uses[key] = now
+            self._session_seen.setdefault(key, seen_at)
+            self._write_uses()
 
-        def sync() -> frozenset[str]:
-            if uses:
-                ledger.used(uses)
-            return ledger.revoked()
+    def _write_uses(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
-        try:
-            self.revoked = await asyncio.to_thread(sync)
-        except IdentityStoreError as exc:
-            log.warning("tokens: the store does not answer (%s); the last revocations known here apply", exc.message)
-        self._read_at = time.monotonic()
+    async def _write_all(self) -> None:
+        # One writer at a time; the uses noted while it writes go in its next round.
+        while self._token_uses or self._session_uses:
+            tokens, self._token_uses = self._token_uses, {}
+            sessions, self._session_uses = self._session_uses, {}
+            seen, self._session_seen = self._session_seen, {}
+            self.writes += 1
+            try:
+                await asyncio.to_thread(self._write, tokens, sessions, seen)
+            except IdentityStoreError as exc:
+                log.warning("credentials: uses of tokens and sessions not recorded (%s)", exc.message)
+
+    def _write(self, tokens: dict[str, tuple[str, float, str]], sessions: dict[str, float],
+               seen: dict[str, float]) -> None:
+        if tokens and self.ledger is not None:
+            self.ledger.used(tokens)
+        if sessions and self.store is not None:
+            self.store.touch(sessions, seen)
 
 
 class _AuthState:
-    """One app's limiter, JWT verifier, sessions and table of static tokens."""
+    """One app's limiter, JWT verifier, the store's word on credentials and table of static tokens."""
 
     def __init__(self, auth: AuthSettings, store: Engine | None = None,
                  role_groups: frozenset[str] = frozenset()) -> None:
         self.limiter = SharedLoginLimiter(auth.login_failures_per_minute,
                                           LoginFailureStore(store) if store is not None else None)
         self.verifier = _JwtVerifier(auth, role_groups)
-        self.sessions = _Sessions(SessionStore(store, idle=auth.session_idle_minutes * 60,
-                                               lifetime=auth.session_hours * 3600)
-                                  if store is not None else None)
+        self.session_store = (SessionStore(store, idle=auth.session_idle_minutes * 60,
+                                           lifetime=auth.session_hours * 3600)
+                              if store is not None else None)
+        self.word = _StoreWord(TokenLedger(store) if store is not None else None, self.session_store)
         self._auth = auth
         self._entries: list[TokenEntry] | None = None
         self._table: list[tuple[bytes, Principal, float | None]] = []
+        self._by_digest: dict[str, tuple[bytes, Principal, float | None]] = {}
         #: token -> its entry of :meth:`tokens`, for tokens that matched one (at most one per
         #: entry: a token is its entry's preimage); emptied when the list is replaced.
         self.matched: dict[str, tuple[bytes, Principal, float | None]] = {}
-        self.token_state = _TokenState(TokenLedger(store) if store is not None else None)
 
     def tokens(self) -> list[tuple[bytes, Principal, float | None]]:
         """(hex SHA-256, principal, expiry as unix time) per ``auth.tokens`` entry, rebuilt
         when the list is replaced."""
         if self._entries is not self._auth.tokens:
-            self._table = [(e.sha256.lower().encode(), Principal(name=e.name, role=e.role),
+            self._table = [(e.sha256.lower().encode(),
+                            Principal(name=e.name, role=e.role,
+                                      expires_at=e.expires.timestamp() if e.expires is not None else None),
                             e.expires.timestamp() if e.expires is not None else None)
                            for e in self._auth.tokens]
+            self._by_digest = {entry[0].decode(): entry for entry in self._table}
             self._entries = self._auth.tokens
             self.matched = {}
         return self._table
+
+    def token_entry(self, sha256: str) -> tuple[bytes, Principal, float | None] | None:
+        """The ``auth.tokens`` entry of the token whose SHA-256 is ``sha256`` (None: none)."""
+        self.tokens()
+        return self._by_digest.get(sha256)
+
+    @property
+    def idle(self) -> float:
+        return self._auth.session_idle_minutes * 60
 
 
 def _state(request: Request) -> _AuthState:
@@ -522,9 +607,16 @@ def client_address(request: Request) -> str:
     return str(client[0]) if client else "unknown"
 
 
-def sessions(request: Request) -> _Sessions:
-    """This app's sessions (the login routes make and end them)."""
-    return _state(request).sessions
+def session_store(request: Request) -> SessionStore | None:
+    """This app's store of sessions (the login routes make and end them; None: no store)."""
+    return _state(request).session_store
+
+
+def static_token_sha256(request: Request, token: str) -> str | None:
+    """The SHA-256 of ``token`` when it is a static token of ``auth.tokens`` that
+    :func:`verify_token` took (None: a JWT, a plugin's credential)."""
+    entry = _state(request).matched.get(token)
+    return entry[0].decode() if entry is not None else None
 
 
 def _credential(request: Request) -> tuple[str, str] | None:
@@ -581,11 +673,9 @@ async def _verify(request: Request, token: str) -> Principal:
                 state.matched[token] = entry
     if match is not None:
         principal, expires = match
-        if expires is not None and expires <= time.time():
-            raise AuthenticationError(f"the token of {principal.name} expired at "
-                                      f"{datetime.fromtimestamp(expires, UTC).isoformat(timespec='seconds')}")
-        if await state.token_state.is_revoked(digest.decode(), principal.name, client_address(request)):
-            raise AuthenticationError(f"the token of {principal.name} is revoked")
+        sha256 = digest.decode()
+        _token_holds(principal, sha256, expires, (await state.word.word()).revoked)
+        state.word.token_used(sha256, principal.name, client_address(request), time.time())
         return principal
     verifier = state.verifier
     if verifier.enabled and _looks_like_jwt(token):
@@ -624,6 +714,69 @@ async def authenticate(request: Request) -> Principal:
     return principal
 
 
+def _token_holds(principal: Principal, sha256: str, expires: float | None, revoked: frozenset[str], *,
+                 session: bool = False) -> None:
+    """Raise :class:`AuthenticationError` unless the static token of ``principal`` (its
+    SHA-256, its expiry) holds now: not expired, not among the ``revoked`` of the store's word."""
+    of = f"the token of {principal.name}"
+    after = ": the session made from it has ended" if session else ""
+    if expires is not None and expires <= time.time():
+        raise AuthenticationError(f"{of} expired at "
+                                  f"{datetime.fromtimestamp(expires, UTC).isoformat(timespec='seconds')}{after}")
+    if sha256 in revoked:
+        raise AuthenticationError(f"{of} is revoked{after}")
+
+
+async def _session_principal(state: _AuthState, sid: str) -> Principal:
+    """Who the session ``sid`` is, if it and the credential it was made from still hold.
+
+    Raises :class:`AuthenticationError` (an ended session, or its credential revoked, expired
+    or no longer configured) or :class:`IdentityStoreError` (the store does not answer).
+    """
+    if state.session_store is None or len(sid) > 100:
+        raise AuthenticationError("the session has ended: log in again")
+    key = session_digest(sid)
+    word = await state.word.word(key)
+    if word.sessions_error is not None:
+        raise word.sessions_error
+    row = word.sessions.get(key)
+    if row is None:
+        raise AuthenticationError("the session has ended: log in again")
+    now = time.time()
+    why = row.ended(now, state.idle)
+    if why is not None:
+        raise AuthenticationError(why)
+    name, role, ends = row.name, row.role, [row.expires_at, row.seen_at + state.idle]
+    if row.credential_expires_at is not None:
+        ends.append(row.credential_expires_at)
+    if row.credential_sha256 is not None:
+        # The token's entry as the config has it now: removed, it no longer vouches for anyone;
+        # its name and role are the session's.
+        entry = state.token_entry(row.credential_sha256)
+        if entry is None:
+            raise AuthenticationError("the token the session was made from is no longer accepted here: log in again")
+        _, token_principal, expires = entry
+        name, role = token_principal.name, token_principal.role
+        if expires is not None:
+            ends.append(expires)
+        _token_holds(token_principal, row.credential_sha256, expires, word.revoked, session=True)
+    state.word.session_used(key, now, row.seen_at)
+    return Principal(name=name, role=role, via=row.via, expires_at=min(ends), groups=row.groups)
+
+
+async def _judge(request: Request, value: str, where: str) -> Principal:
+    """The one decision on whether a credential holds now, and whose it is: a bearer token
+    (static: its expiry and the store's revocations; a JWT or Slurm token: its signature,
+    issuer and ``exp``; the plugin hook's) or a session (its own ends, and the credential it
+    was made from, as a bearer token would be judged).
+
+    Raises :class:`AuthenticationError` (401) or :class:`IdentityStoreError` (503).
+    """
+    if where == "header":
+        return await _verify(request, value)
+    return await _session_principal(_state(request), value)
+
+
 async def _authenticate(request: Request) -> Principal:
     try:
         credential = _credential(request)
@@ -637,13 +790,31 @@ async def _authenticate(request: Request) -> Principal:
         return await verify_token(request, value)
     # A session id is 256 random bits: nobody guesses one, so an unknown one (ended, expired)
     # is not a failed login to count.
-    principal = await _state(request).sessions.principal(value)
-    if principal is None:
-        raise AuthenticationError("the session has ended: log in again")
+    principal = await _judge(request, value, where)
     if request.method not in _SAFE_METHODS and request.headers.get(CSRF_HEADER) != "1":
         raise PermissionDenied(f"a request authenticated by the session cookie must send the {CSRF_HEADER}: 1 "
                                "header", param=CSRF_HEADER)
     return principal
+
+
+async def lapsed(request: Request) -> str | None:
+    """Why the credential a long answer (an event stream) was admitted with no longer admits
+    it, judged afresh as a new request's would be (None: it still does): a revoked or expired
+    token, a logout or an ended session, an expired JWT, a changed name or role, a store that
+    does not answer. Not counted as a failed login."""
+    admitted = request.scope.get("state", {}).get("slurmtower_principal")
+    if not isinstance(admitted, Principal) or admitted is ANONYMOUS:
+        return None
+    try:
+        credential = _credential(request)
+        if credential is None:
+            return "the request carries no credential"
+        now = await _judge(request, *credential)
+    except SlurmtowerError as exc:
+        return exc.message
+    if (now.name, now.role) != (admitted.name, admitted.role):
+        return f"the credential now names {now.name} ({now.role}), not {admitted.name} ({admitted.role})"
+    return None
 
 
 def require(perm: Perm, *, or_role: str | None = None):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import typer
 from slurmtower.cli.app import app, load_settings
 from slurmtower.errors import InvalidInput
 from slurmtower.principal import ROLES as TOKEN_ROLES
-from slurmtower.principal import TOKEN_RECHECK, hash_token, new_token
+from slurmtower.principal import hash_token, new_token
 
 __all__ = ["token_app"]
 
@@ -118,8 +118,8 @@ def token_revoke(
     config: Annotated[Path | None, typer.Option("--config", "-c", envvar="SLURMTOWER_CONFIG",
                                                 help="Config file (TOML or YAML).")] = None,
 ) -> None:
-    """Revoke the token named NAME: every process of the deployment refuses it within seconds,
-    without a restart (the revocation is in the store, by the token's SHA-256: for good; give
+    """Revoke the token named NAME: every process of the deployment refuses it from its next
+    request, and the dashboard sessions made from it, without a restart (the revocation is in the store, by the token's SHA-256: for good; give
     the person a new token). Remove its entry from the config at the next change."""
     import time  # deferred: CLI startup
 
@@ -134,6 +134,7 @@ def token_revoke(
     finally:
         ledger.close()
     if any(fresh):
-        typer.echo(f"revoked the token of {name}: refused everywhere within {TOKEN_RECHECK:.0f} s")
+        typer.echo(f"revoked the token of {name}: refused by every process from its next request, "
+                   "with the dashboard sessions made from it")
     else:
         typer.echo(f"the token of {name} was already revoked")

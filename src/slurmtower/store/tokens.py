@@ -3,9 +3,10 @@ and from where each was last used.
 
 The tokens themselves are in the config (by their SHA-256); the store adds what must change
 without a restart and be the same in every process: ``slurmtower token revoke`` marks a token
-revoked here, and every process refuses it within seconds (:class:`TokenLedger.state`, read
-again every few seconds by the API). Uses are written at most once a minute per token and
-process.
+revoked here, and every process refuses it, and the dashboard sessions made from it, from its
+next request (:meth:`TokenLedger.revoked` is read for every request that needs it, the
+requests arriving together sharing one read: :mod:`slurmtower.api.security`). Uses are
+written at most once a minute per token and process.
 
 Blocking (SQLAlchemy): call it off the event loop.
 """

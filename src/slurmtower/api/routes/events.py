@@ -13,6 +13,7 @@ accepted (see :mod:`slurmtower.events.callback`); every refusal is a security ev
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid as uuid_mod
@@ -26,7 +27,7 @@ from fastapi.responses import StreamingResponse
 from slurmtower.api.callback import receive_callback
 from slurmtower.api.deps import ServicesDep, cluster_of
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
-from slurmtower.api.security import Perm, Principal, require
+from slurmtower.api.security import Perm, Principal, lapsed, require
 from slurmtower.errors import ConfigError, InvalidInput
 from slurmtower.events.feed import EventFeed, Subscription
 from slurmtower.events.sensor import Sensor
@@ -47,8 +48,8 @@ STREAM_POLL_SECONDS = 0.5
 STREAM_HEARTBEAT_SECONDS = 15.0
 #: Events read from the store per query while a stream catches up.
 STREAM_BATCH = 500
-#: The last message of a stream whose credential expired (EventSource then reconnects).
-EXPIRED = b"event: slurmtower.stream.expired\ndata: {\"reason\": \"credential expired\"}\n\n"
+#: Seconds between two checks that a stream's credential still holds (also before each batch sent).
+STREAM_RECHECK_SECONDS = 1.0
 MAX_PAGE = 1000
 
 
@@ -170,6 +171,12 @@ def _sse(event: Event) -> bytes:
     return f"id: {event.id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
+def _ended(reason: str) -> bytes:
+    """The last message of a stream whose credential no longer holds (logged out, revoked,
+    expired): EventSource reconnects, and is refused then."""
+    return f"event: slurmtower.stream.ended\ndata: {json.dumps({'reason': reason})}\n\n".encode()
+
+
 @router.get("/events/stream", dependencies=[require(Perm.READ)], responses=problems(400, *READ_PROBLEMS))
 async def stream_events(
     request: Request,
@@ -198,9 +205,9 @@ async def stream_events(
         newest: int | None = await asyncio.to_thread(store.last_id)
         cursor = newest or 0
 
-    # The stream ends when the caller's credential does (a JWT's exp): it must not outlive it.
-    principal = getattr(request.state, "slurmtower_principal", None)
-    expires_at = principal.expires_at if isinstance(principal, Principal) else None
+    # The stream ends when the caller's credential no longer holds (a logout, a revoked token,
+    # a JWT's exp): checked as a new request's would be, before each batch sent and at least
+    # every STREAM_RECHECK_SECONDS.
 
     def wanted(ev: Event) -> bool:
         return ((types is None or ev.type in types) and (node is None or ev.node == node)
@@ -227,10 +234,11 @@ async def stream_events(
         while True:
             if await request.is_disconnected():
                 return
-            if expires_at is not None and time.time() >= expires_at:
-                yield EXPIRED
-                return
             position, chunks, more = await stored_after(position)
+            why = await lapsed(request)
+            if why is not None:
+                yield _ended(why)
+                return
             for chunk in chunks:
                 yield chunk
             if more:
@@ -245,25 +253,33 @@ async def stream_events(
         try:
             yield b"retry: 2000\n\n"
             gap = True
+            last_beat = time.monotonic()
             while True:
                 if gap:
                     sub.lost = False
                     more = True
                     while more:
                         position, chunks, more = await stored_after(position)
+                        why = await lapsed(request)
+                        if why is not None:
+                            yield _ended(why)
+                            return
                         for chunk in chunks:
                             yield chunk
                     gap = False
-                left = expires_at - time.time() if expires_at is not None else STREAM_HEARTBEAT_SECONDS
-                if left <= 0:
-                    yield EXPIRED
-                    return
                 try:
-                    batch = await asyncio.wait_for(sub.queue.get(), timeout=min(STREAM_HEARTBEAT_SECONDS, left))
+                    batch = await asyncio.wait_for(sub.queue.get(), timeout=STREAM_RECHECK_SECONDS)
                 except TimeoutError:
+                    batch = None
+                why = await lapsed(request)
+                if why is not None:
+                    yield _ended(why)
+                    return
+                if batch is None:
                     if await request.is_disconnected():
                         return
-                    if expires_at is None or time.time() < expires_at:
+                    if time.monotonic() - last_beat >= STREAM_HEARTBEAT_SECONDS:
+                        last_beat = time.monotonic()
                         yield b": keep-alive\n\n"
                     continue
                 if sub.lost:

@@ -12,10 +12,13 @@ store every process shares; the browser holds only its opaque id, in an HttpOnly
   :class:`~slurmtower.identity.OidcClient` exchange the code and check the ID token, maps the
   person's groups to a role and starts the session.
 
-Every login gets a new session id. ``POST /ui/logout`` (the CSRF header required, as for every
-cookie-authenticated change) ends the session in the store, so every process refuses it
-within seconds, clears the cookie and, for a single sign-on session, answers with the
-provider's logout URL when it offers one.
+Every login gets a new session id; a token's session remembers the token (its SHA-256) and
+its expiry, so that revoking or expiring the token ends the session too
+(:mod:`slurmtower.api.security` judges both at every request). ``POST /ui/logout`` (the CSRF
+header required, as for every cookie-authenticated change) ends the session in the store, so
+every process refuses it from its next request (an open event stream ends within a second),
+clears the cookie and, for a single sign-on session, answers with the provider's logout URL
+when it offers one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from slurmtower.api.deps import services_of
 from slurmtower.api.reads import read_capped
-from slurmtower.api.security import Perm, require, sessions, verify_token
+from slurmtower.api.security import Perm, require, session_store, static_token_sha256, verify_token
 from slurmtower.dashboard.render import render
 from slurmtower.errors import (
     AuthenticationError,
@@ -92,19 +95,21 @@ def _same_site(request: Request) -> bool:
 
 def _store(request: Request) -> SessionStore:
     """Where this app keeps sessions and sign-ons under way (503 without a store)."""
-    store = sessions(request).store
+    store = session_store(request)
     if store is None:
         raise IdentityStoreError("sessions need slurmtower's store, and this service has none")
     return store
 
 
 async def _start_session(request: Request, *, name: str, role: str, via: str,
-                         id_token: str | None = None, groups: tuple[str, ...] = ()) -> str:
+                         id_token: str | None = None, groups: tuple[str, ...] = (),
+                         credential_sha256: str | None = None, credential_expires_at: float | None = None) -> str:
     # Of a person's groups the session keeps those some cluster gives a role (group:<name>).
     wanted = services_of(request).settings.role_groups()
     kept = tuple(g for g in groups if g in wanted)
     return await asyncio.to_thread(_store(request).create, name=name, role=role, via=via, id_token=id_token,
-                                   groups=kept)
+                                   groups=kept, credential_sha256=credential_sha256,
+                                   credential_expires_at=credential_expires_at)
 
 
 def _with_session(response: Response, request: Request, sid: str) -> Response:
@@ -144,7 +149,11 @@ async def login_with_token(request: Request) -> Response:
     if principal.perm < Perm.READ:
         return _page(request, error=f"{principal.name} ({principal.role}) may not read the dashboard",
                      status_code=403)
-    sid = await _start_session(request, name=principal.name, role=principal.role, via="token")
+    # The session remembers the credential: revoked, expired (a static token's expires, a
+    # JWT's exp) or removed from the config, it ends the session at the next request.
+    sid = await _start_session(request, name=principal.name, role=principal.role, via="token",
+                               credential_sha256=static_token_sha256(request, token),
+                               credential_expires_at=principal.expires_at)
     return _with_session(RedirectResponse("/ui", status_code=303), request, sid)
 
 
@@ -183,7 +192,7 @@ async def oidc_callback(
         return _page(request, error=f"the identity provider refused: {error_description or error}",
                      status_code=401)
     browser = request.cookies.get(LOGIN_COOKIE)
-    store = sessions(request).store
+    store = session_store(request)
     if not code or not state or not browser or store is None:
         return _page(request, error="this sign-on is not one this browser began: log in again", status_code=400)
     pending = await asyncio.to_thread(store.take_login, state=state, browser=browser)
@@ -209,10 +218,9 @@ async def logout(request: Request) -> JSONResponse:
         raise PermissionDenied(f"logging out needs the {CSRF_HEADER}: 1 header", param=CSRF_HEADER)
     sid = request.cookies.get(SESSION_COOKIE)
     then = "/ui/login"
-    known = sessions(request)
-    if sid and known.store is not None:
-        known.forget(sid)
-        ended = await asyncio.to_thread(known.store.end, sid)
+    store = session_store(request)
+    if sid and store is not None:
+        ended = await asyncio.to_thread(store.end, sid)
         oidc = _oidc(request)
         if ended is not None and ended.via == "oidc" and oidc is not None:
             back = oidc.settings.redirect_url.removesuffix("/oidc/callback")
