@@ -1,6 +1,7 @@
 """``slurmtower token``: ``create`` a new API bearer token (shown once) and its config entry;
 ``list`` the configured tokens with their expiry, last use and revocation; ``revoke`` one, in
-the store, so that every process of the deployment refuses it within seconds, no restart."""
+the store, so that every process of the deployment refuses it, and the dashboard sessions made
+from it, from its next request, no restart."""
 
 from __future__ import annotations
 
