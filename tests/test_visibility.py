@@ -40,6 +40,8 @@ with warnings.catch_warnings():
 HIDDEN = "batch"
 #: A reader whose name is the job owner's: "the reader's own jobs".
 OWNER_READER = "stw_test_owner_reader_token"
+#: The same person with the ``user`` role: their own jobs too.
+OWNER_USER = "stw_test_owner_user_token"
 #: GET routes that carry no cluster data, or that the test cannot read to the end.
 NOT_READ = {
     "/ui/static/{name}": "the dashboard's own script and style",
@@ -90,6 +92,7 @@ def app(devcluster: object, tmp_path_factory: pytest.TempPathFactory) -> FastAPI
     s.state_dir = tmp_path_factory.mktemp("visibility")
     s = with_tokens(s)
     s.auth.tokens.append(TokenEntry(name=getpass.getuser(), role="reader", sha256=hash_token(OWNER_READER)))
+    s.auth.tokens.append(TokenEntry(name=getpass.getuser(), role="user", sha256=hash_token(OWNER_USER)))
     s.api.hidden_partitions = [HIDDEN]
     return create_app(s)
 
@@ -208,7 +211,8 @@ def _get_job(api: TestClient, token: str, job_id: int) -> dict[str, Any]:
     return rows[0]
 
 
-@pytest.mark.parametrize("token", [OPERATOR, ADMIN, OWNER_READER], ids=["operator", "admin", "owner-reader"])
+@pytest.mark.parametrize("token", [OPERATOR, ADMIN, OWNER_READER, OWNER_USER],
+                         ids=["operator", "admin", "owner-reader", "owner-user"])
 def test_operators_admins_and_the_owner_see_private_job_fields(api: TestClient, jobs: dict[str, Any],
                                                                token: str) -> None:
     job = _get_job(api, token, jobs["visible"])
@@ -219,6 +223,9 @@ def test_operators_admins_and_the_owner_see_private_job_fields(api: TestClient, 
     paged = _job_of(api.get(f"/queue?limit=100000&user={getpass.getuser()}", headers=bearer(token)).json()["jobs"],
                     jobs["visible"])
     assert paged["work_dir"] == "/tmp"
+    page = api.get(f"/ui/jobs/{jobs['visible']}", headers=bearer(token))  # the dashboard's job page
+    assert page.status_code == 200 and "/tmp/stw-vis-" in page.text
+    assert "/tmp/stw-vis-" not in api.get(f"/ui/jobs/{jobs['visible']}", headers=bearer(READER)).text
 
 
 def test_a_reader_sees_other_users_jobs_without_private_fields(api: TestClient, jobs: dict[str, Any]) -> None:
@@ -251,9 +258,10 @@ def test_a_reader_sees_no_private_fields_in_history(api: TestClient, sample_jobs
     assert others, "the operator sees submit lines and work dirs"
     for row in api.get("/history?limit=50", headers=bearer(READER)).json()["jobs"]:
         assert row["submit_line"] is None and row["work_dir"] is None, row
-    owned = [r for r in api.get("/history?limit=50", headers=bearer(OWNER_READER)).json()["jobs"]
-             if r["user_name"] == user]
-    assert any(r["work_dir"] for r in owned)
+    for owner in (OWNER_READER, OWNER_USER):  # the reader, and the user role, who own jobs
+        rows = api.get("/history?limit=50", headers=bearer(owner)).json()["jobs"]
+        assert any(r["work_dir"] for r in rows if r["user_name"] == user), owner
+        assert not any(r["work_dir"] for r in rows if r["user_name"] != user), owner
 
 
 def test_readers_may_be_allowed_private_fields(devcluster: object, tmp_path: Any, jobs: dict[str, Any]) -> None:
@@ -386,6 +394,9 @@ def test_an_anonymous_reader_owns_no_jobs() -> None:
     assert policy.sees_private(Principal(name="alice", role="reader"), "alice")
     assert not policy.sees_private(Principal(name="alice", role="reader"), "bob")
     assert policy.sees_private(Principal(name="otto", role="operator"), "bob")
+    assert policy.sees_private(Principal(name="alice", role="user"), "alice")
+    assert not policy.sees_private(Principal(name="alice", role="user"), "bob")
+    assert not Visibility(readers_see_private=True).sees_private(Principal(name="ursula", role="user"), "bob")
     assert Visibility(readers_see_private=True).sees_private(Principal(name="rita", role="reader"), "bob")
 
 

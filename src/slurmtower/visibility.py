@@ -9,11 +9,12 @@ Two rules, both from the settings (``api.*``):
   refresh worker's queue and node tables, the accounting reader, the read actions), so a
   view built on them cannot forget them.
 * **Private job fields** (``api.private_job_fields``: submit line, command, work dir, output
-  paths by default), like Slurm's ``PrivateData=jobs``: a reader sees them only on the
-  reader's own jobs, i.e. jobs whose ``user_name`` equals the principal's name (the token's
+  paths by default), like Slurm's ``PrivateData=jobs``: readers and users see them only on
+  their own jobs, i.e. jobs whose ``user_name`` equals the principal's name (the token's
   ``name`` or the JWT's subject); operators and admins see them on every job
-  (``api.readers_see_private_job_fields`` opens them to readers too). They are applied per
-  caller, on the way out: the queue keeps one cached, private-free view for readers.
+  (``api.readers_see_private_job_fields`` opens them to the ``reader`` role too, not to
+  ``user``: a person's token sees their own jobs). They are applied per caller, on the way
+  out: the queue keeps one cached, private-free view for readers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ __all__ = ["DEFAULT_PRIVATE_JOB_FIELDS", "PrivateFreeRows", "Viewer", "Visibilit
 DEFAULT_PRIVATE_JOB_FIELDS: frozenset[str] = frozenset(
     {"submit_line", "command", "work_dir", "standard_output", "standard_error"})
 
-#: Roles that see private job fields on every job.
+#: Roles that own jobs: they see the private fields of jobs whose user name is theirs.
+_OWNERS = frozenset({READER, USER})
 
 
 class Viewer(Protocol):
@@ -205,13 +207,16 @@ class Visibility:
         return (not self.private_job_fields or role_perm(viewer.role) >= Perm.OPERATE
                 or (self.readers_see_private and viewer.role == READER))
 
+    def owns(self, viewer: Viewer, user_name: str | None) -> bool:
+        """``user_name``'s jobs are the viewer's own: a reader or a user of that name."""
+        # Only an authenticated reader or user owns jobs: anonymous readers (auth.anonymous_read,
+        # role "anonymous") are named "anonymous", which may be a Slurm user's name too.
+        return viewer.role in _OWNERS and user_name is not None and user_name == viewer.name
+
     def sees_private(self, viewer: Viewer, user_name: str | None) -> bool:
         """The viewer sees the private fields of a job of ``user_name``: the viewer's own
-        job (principal name == the job's user name), or :meth:`sees_all_private`."""
-        # Only an authenticated reader owns jobs: anonymous readers (auth.anonymous_read) are
-        # named "anonymous", which may be a Slurm user's name too.
-        return self.sees_all_private(viewer) or (viewer.role == READER and user_name is not None
-                                                 and user_name == viewer.name)
+        job (:meth:`owns`), or :meth:`sees_all_private`."""
+        return self.sees_all_private(viewer) or self.owns(viewer, user_name)
 
     def check_search(self, params: Mapping[str, Any] | None, viewer: Viewer) -> None:
         """Refuse a search (an action's ``criterias``) by private fields from a viewer who
@@ -301,7 +306,7 @@ class Visibility:
     def owns_jobs(self, table: JobTable, viewer: Viewer) -> bool:
         """The viewer has jobs in ``table`` whose private fields it sees (its private-free
         view is then its own)."""
-        return viewer.role == READER and bool(table.rows_where("user", {viewer.name}))
+        return viewer.role in _OWNERS and bool(table.rows_where("user", {viewer.name}))
 
 
 class PrivateFreeRows:
