@@ -3,7 +3,9 @@
 The hidden-partition test enumerates the application (every GET route, every read action of
 the catalogue, the dashboard pages and /metrics) rather than listing routes by hand, and
 runs each as a reader while a real job waits in the hidden partition: a route or an action
-added without the policy fails here.
+added without the policy fails here. Records *about* nodes and partitions (events and their
+payloads, audit records, availability rows, a breaker's 409) are made for real on the local
+cluster and read on every path they leave by (issue 41 item 4).
 """
 
 from __future__ import annotations
@@ -420,3 +422,140 @@ def test_rule_run_envelopes_show_jobs_as_the_action_would(devcluster: object, tm
             return runs[0]["envelope"]["result"]["42"][0]  # type: ignore[no-any-return]
         assert shown(READER)["submit_line"] is None and shown(READER)["work_dir"] is None
         assert shown(OPERATOR)["submit_line"] == job["submit_line"]
+
+
+# -- records about hidden nodes and partitions (issue 41 item 4) -------------------------------
+def test_hidden_names_leave_records_by_their_structure_and_in_their_text() -> None:
+    from datetime import UTC, datetime
+
+    from slurmtower.models import Partition
+    from slurmtower.models.event import Event
+    from slurmtower.visibility import HIDDEN_TEXT
+
+    parts = [Partition(name="debug", nodes="n[1-4]", state="UP"), Partition(name="batch", nodes="n[1-2]", state="UP"),
+             Partition(name="short", nodes="n[3-4]", state="UP")]
+    hidden = Visibility(hidden_partitions=frozenset({"debug", "batch"})).hiding(parts)
+    assert (hidden.partitions, hidden.nodes) == ({"debug", "batch"}, {"n1", "n2"})
+    assert hidden.text("partition debug: n[1-3] and n1. n10, n2-b, debugging") == \
+        f"partition {HIDDEN_TEXT}: n3 and {HIDDEN_TEXT}. n10, n2-b, debugging"
+    scopes = [{"scope": "partition", "partition": "debug", "already_out": "n1", "requested": "n3"},
+              {"scope": "cluster", "partition": None, "already_out": "n[1,4]", "requested": "n3"}]
+    assert hidden.scrub({"scopes": scopes, "before": {"n1": {}, "n3": {}}}) == {
+        "scopes": [{"scope": "cluster", "partition": None, "already_out": "n4", "requested": "n3"}],
+        "before": {"n3": {}}}
+    now = datetime.now(UTC)
+    on = [Event(type="t", time=now, source="t", payload={"nodes": nodes}) for nodes in (["n1", "n2"], ["n1", "n3"])]
+    assert hidden.event(on[0]) is None and hidden.event(on[1]).payload == {"nodes": ["n3"]}  # type: ignore[union-attr]
+    assert hidden.event(Event(type="t", time=now, source="t", node="n2")) is None
+    assert hidden.but("n[1-3]").nodes == set() and hidden.but("n9").nodes == {"n1", "n2"}
+    assert Visibility().hiding(parts).scrub(scopes) is scopes  # nothing hidden: nothing walked
+
+
+#: debug (every node) and batch hidden: n[1-2] are in hidden partitions only, n[3-4] show with short.
+HIDING = ["debug", HIDDEN]
+#: One node of debug, and of the cluster, per window: n1 out, a drain of n3 trips both.
+TRIP = {"breaker_enabled": True, "breaker_share": 0.25, "breaker_cluster_share": 0.25,
+        "breaker_partition_shares": {HIDDEN: 1.0, "short": 1.0}}
+#: A hidden name in JSON, a page or a stream: a partition, a node, a node set holding one.
+HIDDEN_NAME = re.compile(r"\b(?:debug|batch|n1|n2)\b|n\[[12]")
+
+
+def _hidden_names(text: str, marker: str) -> list[str]:
+    return sorted({m.group(0) for m in HIDDEN_NAME.finditer(text)} | ({marker} if marker in text else set()))
+
+
+def _stream(url: str, token: str, since: int, end_type: str) -> list[dict[str, Any]]:
+    """The events a client of /events/stream gets from ``since`` up to one of ``end_type``."""
+    import httpx
+
+    got: list[dict[str, Any]] = []
+    with httpx.stream("GET", f"{url}/events/stream", params={"since": since}, headers=bearer(token),
+                      timeout=httpx.Timeout(5.0, read=15.0)) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                got.append(json.loads(line[6:]))
+                if got[-1]["type"] == end_type:
+                    return got
+    raise AssertionError("the stream ended before its last event")
+
+
+@pytest.mark.cluster
+def test_records_about_hidden_nodes_and_partitions_name_them_on_no_path(settings: Settings,
+                                                                          clean_nodes: object) -> None:
+    """With debug and batch hidden: an operator's audited drain of n1, trigger callbacks on
+    n[1-2] and n[1-3], a drain of n3 refused by the breaker (n1 is out in debug and in the
+    cluster), n1's drain in slurmdbd's event table. The store keeps every name; on the way out
+    (/events, the stream, /ui's feed, /audit, /executions, /reports/availability, the 409) no
+    caller sees n1, n2, debug, batch or n1's reason: readers and operators alike (hidden from
+    everyone), only the operator's own answer names the node it asked for."""
+    from datetime import UTC, datetime, timedelta
+
+    import httpx
+
+    from slurmtower.actions.breaker import TRIPPED
+    from slurmtower.events.callback import sign_request
+    from slurmtower.models.event import SENSOR_TRIGGERED, Event
+    from tests.auth_helpers import running_server
+
+    marker = f"stwhide{uuid.uuid4().hex[:8]}"
+    settings.api.hidden_partitions = HIDING
+    settings.api.refresh_interval = 0.5
+    for key, value in TRIP.items():
+        setattr(settings.actions, key, value)
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=2)
+    app = create_app(with_tokens(settings, sensor=True))
+    with running_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        services = app.state.services
+        store = services.event_store
+        since = store.last_id() or 0
+        drained = http.post("/actions/slurm.node.drain", json={"nodes": "n1", "reason": f"{marker} disk"},
+                            headers=bearer(OPERATOR))
+        assert drained.status_code == 200 and drained.json()["status"] == "succeeded", drained.text
+        assert drained.json()["result"]["nodes"] == "n1"  # the operator's own words, in its own answer
+        uuid_, key = services.sensor.status()["uuid"], services.sensor.ensure_key()
+        path = f"/{uuid_}/node/drained"
+        for nodes in (b"n[1-2]", b"n[1-3]"):  # what Slurm's strigger would post
+            assert http.post(path, content=nodes, headers=sign_request(key, "POST", path, nodes)).status_code == 202
+        refused = http.post("/actions/slurm.node.drain", json={"nodes": "n3", "reason": "ecc"},
+                            headers=bearer(OPERATOR))
+        assert refused.status_code == 409, refused.text
+
+        # What a leak would show is there: the store holds every name.
+        stored = store.query(since_id=since, limit=1000)
+        (trip,) = [e for e in stored if e.type == TRIPPED]
+        assert trip.node == "n3" and {s["partition"] for s in trip.payload["scopes"]} == {"debug", None}
+        assert [e.payload["argument"] for e in stored if e.type == SENSOR_TRIGGERED] == ["n[1-2]", "n[1-3]"]
+        audited = services.action_catalogue().store.list_audit(limit=10)
+        assert any(r.nodes == "n1" and marker in r.parameters["reason"] for r in audited)
+        local = (started.astimezone()).strftime("%Y-%m-%dT%H:%M:%S")
+        wait_for(lambda: marker in sh("sacctmgr", "-n", "-P", "show", "event", "nodes=n1", f"start={local}",
+                                      "format=NodeName,Reason"), 30, 0.3, what="n1's drain in slurmdbd")
+        store.append([Event(type="test.visibility.end", time=datetime.now(UTC), source="test")])
+        span = {"start": started.isoformat(), "end": (datetime.now(UTC) + timedelta(minutes=5)).isoformat()}
+
+        for token in (READER, OPERATOR):
+            events = http.get("/events", params={"since": since, "limit": 1000}, headers=bearer(token)).json()
+            streamed = _stream(url, token, since, "test.visibility.end")
+            feed = re.search(r'<ol id="feed".*?</ol>', http.get("/ui", headers=bearer(token)).text, re.S)
+            assert feed is not None
+            audit = http.get("/audit", params={"limit": 100}, headers=bearer(token)).json()
+            (execution,) = {r["execution_id"] for r in audit["records"] if r["outcome"] == "refused"}
+            envelope = http.get(f"/executions/{execution}", headers=bearer(token))
+            report = http.get("/reports/availability", params=span, headers=bearer(token))
+            assert envelope.status_code == report.status_code == 200, (envelope.text, report.text)
+            shown = {"/events": json.dumps(events), "/events/stream": json.dumps(streamed), "/ui": feed.group(0),
+                     "/audit": json.dumps(audit), "/executions": envelope.text,
+                     "/reports/availability": report.text, "the 409": refused.text}
+            leaks = {path: found for path, text in shown.items() if (found := _hidden_names(text, marker))}
+            assert leaks == {}, token
+            # ... and what is not hidden still shows, from the same reads
+            assert any(e["type"] == TRIPPED and e["node"] == "n3" for e in events)
+            assert [e["payload"]["nodes"] for e in events if e["type"] == SENSOR_TRIGGERED] == [["n3"]]
+            ids = [e["id"] for e in events]
+            assert [e["id"] for e in streamed] == ids[:ids.index(streamed[-1]["id"]) + 1]
+            assert "node drained n3" in feed.group(0)
+            assert any(r["nodes"] == "n3" and r["outcome"] == "refused" for r in audit["records"])
+            assert envelope.json()["parameters"]["nodes"] == "n3"
+            assert [p["partition"] for p in report.json()["partitions"]] == ["short"]
+            assert "n3" in refused.json()["detail"] and refused.json()["breaker"]["scopes"][0]["scope"] == "cluster"

@@ -15,6 +15,17 @@ Two rules, both from the settings (``api.*``):
   (``api.readers_see_private_job_fields`` opens them to the ``reader`` role too, not to
   ``user``: a person's token sees their own jobs). They are applied per caller, on the way
   out: the queue keeps one cached, private-free view for readers.
+
+What a snapshot cannot cut, because it is a record *about* nodes and partitions rather than a
+node or a job, is cut on the way out by :class:`Hidden` (:meth:`Visibility.hiding`): events and
+their payloads (a breaker's scopes, a trigger's node list), audit records, rule runs and
+envelopes, whatever route, stream or page sends them; the circuit breaker's refusal (its 409)
+is made through it. It is the same for every role: hidden from everyone means operators and
+admins too. One thing is not hidden from a caller: the nodes it named itself, in the answer
+to its own execution (an operator may act on a hidden node by name; hiding its own words from
+it would only tell it which of them are hidden). Names go, counts stay: a breaker's
+``already_out_count`` or a scope's node total still counts the hidden nodes it decided on.
+Problem bodies in general are not searched: they echo what the caller sent.
 """
 
 from __future__ import annotations
@@ -27,10 +38,13 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from slurmtower.errors import PermissionDenied
+from pydantic import BaseModel
+
+from slurmtower.errors import NodeSetError, PermissionDenied
 from slurmtower.models import Job, Node, Partition
+from slurmtower.models.event import Event
 from slurmtower.models.table import JobTable
 from slurmtower.nodeset import NodeSet
 from slurmtower.principal import READER, USER, Perm, role_perm
@@ -38,7 +52,8 @@ from slurmtower.principal import READER, USER, Perm, role_perm
 if TYPE_CHECKING:
     from slurmtower.settings import Settings
 
-__all__ = ["DEFAULT_PRIVATE_JOB_FIELDS", "PrivateFreeRows", "Viewer", "Visibility"]
+__all__ = ["DEFAULT_PRIVATE_JOB_FIELDS", "HIDDEN_TEXT", "NOTHING_HIDDEN", "Hidden", "PrivateFreeRows", "Viewer",
+           "Visibility"]
 
 DEFAULT_PRIVATE_JOB_FIELDS: frozenset[str] = frozenset(
     {"submit_line", "command", "work_dir", "standard_output", "standard_error"})
@@ -142,6 +157,21 @@ class Visibility:
             if part.nodes:
                 (hidden if part.name in self.hidden_partitions else shown).update(NodeSet(part.nodes))
         return frozenset(hidden - shown)
+
+    def hiding(self, partitions: Iterable[Partition]) -> Hidden:
+        """What a cluster whose partitions are ``partitions`` (every one, as Slurm gives them)
+        hides from every caller: the filter of every record that leaves the service."""
+        if not self.hidden_partitions:
+            return NOTHING_HIDDEN
+        return Hidden(self.hidden_partitions, self.hidden_nodes(partitions))
+
+    def hiding_nodes(self, nodes: Iterable[Node]) -> Hidden:
+        """:meth:`hiding` from every node of a cluster (each names its partitions), where the
+        nodes are at hand (an action that read them)."""
+        if not self.hidden_partitions:
+            return NOTHING_HIDDEN
+        return Hidden(self.hidden_partitions, frozenset(
+            n.name for n in nodes if n.partitions and all(p in self.hidden_partitions for p in n.partitions)))
 
     # -- usage reports -------------------------------------------------------------------------
     def report_access(self, viewer: Viewer) -> str:
@@ -307,6 +337,196 @@ class Visibility:
         """The viewer has jobs in ``table`` whose private fields it sees (its private-free
         view is then its own)."""
         return viewer.role in _OWNERS and bool(table.rows_where("user", {viewer.name}))
+
+
+#: What stands in free text for a hidden node or partition name.
+HIDDEN_TEXT = "(hidden)"
+#: Keys whose value (a node set or a list of node names) names nodes, in any record.
+_NODE_KEYS = frozenset({"node", "nodes", "node_name", "nodelist", "already_out", "requested"})
+#: Keys whose value (``"a,b"`` or a list) names partitions, in any record.
+_PARTITION_KEYS = frozenset({"partition", "partitions"})
+#: A node name or node set in free text (``n1``, ``n[1-4]``, ``gpu[01-02],cpu7``); a token ends on
+#: a word character or a bracket, not on the full stop or hyphen of the prose around it.
+_ATOM = r"\w(?:[\w.\-]|\[[\d,\-]+\])*(?<=[\w\]])"
+_TOKEN = re.compile(rf"(?<![\w.\-\[\]]){_ATOM}(?:,{_ATOM})*")
+_HEAD = re.compile(r"^[^\d\[]*")
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """What one cluster hides from every caller (:meth:`Visibility.hiding`): its hidden
+    partitions and the nodes only in them. Applied on the way out to every record about
+    nodes or partitions (events, audit records, rule runs, envelopes, the breaker's refusal),
+    by structure first, then in free text:
+
+    * a key that is a hidden node or partition name goes (``before: {"n1": ...}``);
+    * a node key (``node``, ``nodes``, ``already_out``, ``requested`` ...) keeps its visible
+      nodes, folded (``n[1-4]`` -> ``n[3-4]``), or becomes null (``[]`` for a list);
+    * a partition key (``partition``, ``partitions``) keeps its visible partitions, or
+      becomes null;
+    * an object *about hidden things only* (every partition it names hidden, or every node it
+      names hidden) leaves a list it is in (a breaker's scope of a hidden partition, a job of
+      one); where it is a value it stays, cut as above; a whole record about hidden things
+      only is left out (:meth:`event`, :meth:`item`);
+    * any other text has hidden node names (also inside node sets) and hidden partition names
+      replaced by :data:`HIDDEN_TEXT` (a refusal's message, a reason, a trigger's argument).
+    """
+
+    partitions: frozenset[str] = frozenset()
+    nodes: frozenset[str] = frozenset()
+    _words: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _probe: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.partitions:
+            words = "|".join(re.escape(p) for p in sorted(self.partitions, key=len, reverse=True))
+            object.__setattr__(self, "_words", re.compile(rf"(?<![\w.\-])(?:{words})(?![\w\-])"))
+        if self.nodes:
+            # What any text naming a hidden node holds (n1, n[1-2]: "n" then a digit or a
+            # bracket): text without it is not searched node set by node set.
+            probes = set()
+            for name in self.nodes:
+                head = _HEAD.match(name).group(0)  # type: ignore[union-attr]  # (matches every string)
+                probes.add(re.escape(name) if head == name else re.escape(head) + r"[\d\[]")
+            object.__setattr__(self, "_probe", re.compile("|".join(sorted(probes))))
+
+    def __bool__(self) -> bool:
+        return bool(self.partitions or self.nodes)
+
+    def but(self, nodes: str | None) -> Hidden:
+        """What is hidden from a caller who named ``nodes`` (a node set) itself: its own words
+        are not hidden from it (hiding them would tell which of them are hidden)."""
+        if not nodes or not self.nodes:
+            return self
+        try:
+            named = set(NodeSet(nodes)) & self.nodes
+        except NodeSetError:
+            return self
+        return Hidden(self.partitions, self.nodes - named) if named else self
+
+    # -- names -------------------------------------------------------------------------------
+    def node_set(self, expr: str) -> str | None:
+        """The visible nodes of a node set, folded (``expr`` itself when it names no hidden
+        node); None when every node it names is hidden. Text that is no node set is cut as
+        :meth:`text`."""
+        if not self.nodes:
+            return expr
+        if "[" not in expr and "," not in expr:
+            return None if expr in self.nodes else self.text(expr)
+        try:
+            nodes = list(NodeSet(expr))
+        except NodeSetError:
+            return self.text(expr)
+        shown = [n for n in nodes if n not in self.nodes]
+        if len(shown) == len(nodes):
+            return expr
+        return str(NodeSet(",".join(shown))) if shown else None
+
+    def partition_names(self, names: str) -> str | None:
+        """The visible partitions of ``"a,b"``; None when every one is hidden."""
+        parts = _split(names)
+        shown = [p for p in parts if p not in self.partitions]
+        return names if len(shown) == len(parts) else ",".join(shown) or None
+
+    def text(self, text: str) -> str:
+        """``text`` with each hidden node (a node set keeps its visible nodes: ``n[1-4]`` ->
+        ``n[3-4]``) and each hidden partition name replaced by :data:`HIDDEN_TEXT`."""
+        if self._probe is not None and self._probe.search(text):
+            text = _TOKEN.sub(self._token, text)
+        if self._words is not None:
+            text = self._words.sub(HIDDEN_TEXT, text)
+        return text
+
+    def _token(self, match: re.Match[str]) -> str:
+        token = match.group(0)
+        if "[" not in token and "," not in token:
+            return HIDDEN_TEXT if token in self.nodes else token
+        try:
+            nodes = list(NodeSet(token))
+        except NodeSetError:
+            return token
+        shown = [n for n in nodes if n not in self.nodes]
+        if len(shown) == len(nodes):
+            return token
+        return str(NodeSet(",".join(shown))) if shown else HIDDEN_TEXT
+
+    # -- records -----------------------------------------------------------------------------
+    def scrub(self, value: Any) -> Any:
+        """``value`` (JSON data: a payload, an envelope, a problem body) as callers see it
+        (the rules of the class); ``value`` itself when nothing is hidden."""
+        return self._walk(value)[0] if self else value
+
+    def event(self, event: Event) -> Event | None:
+        """``event`` as callers see it; None when it is about hidden things only: its node is
+        hidden, or its payload names hidden nodes or partitions only (a trigger on hidden
+        nodes, a breaker refusing a drain of hidden nodes)."""
+        if not self:
+            return event
+        if event.node is not None and event.node in self.nodes:
+            return None
+        payload, gone = self._dict(event.payload)
+        if gone:
+            return None
+        return event if payload == event.payload else event.model_copy(update={"payload": payload})
+
+    def item(self, item: _M) -> _M | None:
+        """A record (an audit record, a rule run) as callers see it; None when it is about
+        hidden things only (its ``nodes``, ``node`` or ``partition`` hidden)."""
+        if not self:
+            return item
+        raw = item.model_dump(mode="json")
+        shown, gone = self._dict(raw)
+        if gone:
+            return None
+        return item if shown == raw else type(item).model_validate(shown)
+
+    def _walk(self, value: Any) -> tuple[Any, bool]:
+        """(``value`` as shown, whether it is about hidden things only)."""
+        if isinstance(value, str):
+            return self.text(value), False
+        if isinstance(value, dict):
+            return self._dict(value)
+        if isinstance(value, list):
+            out = []
+            for each in value:
+                shown, gone = self._walk(each)
+                if not gone:
+                    out.append(shown)
+            return out, False
+        return value, False
+
+    def _dict(self, value: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        out: dict[str, Any] = {}
+        named = hidden_only = 0
+        hidden_partition = False
+        for key, each in value.items():
+            if key in self.nodes or key in self.partitions:
+                continue
+            if key in _NODE_KEYS and _names(each):
+                shown: Any = (self.node_set(each) if isinstance(each, str)
+                              else [n for n in map(self.node_set, each) if n is not None])
+                named += 1
+                hidden_only += not shown
+                out[key] = shown
+            elif key in _PARTITION_KEYS and _names(each):
+                shown = (self.partition_names(each) if isinstance(each, str)
+                         else [p for p in each if p not in self.partitions])
+                hidden_partition = hidden_partition or not shown
+                out[key] = shown or (None if isinstance(each, str) else [])
+            else:
+                out[key] = self._walk(each)[0]
+        return out, hidden_partition or (named > 0 and hidden_only == named)
+
+
+NOTHING_HIDDEN = Hidden()
+
+
+def _names(value: Any) -> bool:
+    """``value`` is a name or a list of names (not a count, not empty)."""
+    return (isinstance(value, str) and bool(value)) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value))
 
 
 class PrivateFreeRows:

@@ -199,13 +199,16 @@ class WaitQuery:
 
 @dataclass(frozen=True)
 class AvailabilityQuery:
-    """Down and drained time in ``[start, end)`` (up to now). ``partitions``: the cluster's
-    partitions (slurmdbd does not know which nodes each has; the caller's live view does)."""
+    """Down and drained time in ``[start, end)`` (up to now). ``partitions``: every partition
+    of the cluster, hidden ones too (slurmdbd does not know which nodes each has; the caller's
+    live view does; the visibility policy needs them all to know the nodes only in hidden
+    ones); ``wanted``: the partitions reported (none: every visible one)."""
 
     start: datetime | str | int
     end: datetime | str | int
     partitions: Sequence[Partition] = ()
     top_reasons: int = 10
+    wanted: Sequence[str] = ()
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -918,8 +921,8 @@ class Reports:
         now = int(datetime.now(UTC).timestamp())
         stop = max(start, min(end, now))
         policy = self.db.policy
-        shown = policy.partitions(query.partitions)
-        hidden_nodes = policy.hidden_nodes(query.partitions)
+        shown = [p for p in policy.partitions(query.partitions) if not query.wanted or p.name in query.wanted]
+        hidden_nodes = policy.hiding(query.partitions).nodes  # from every partition, hidden ones too
         e = self.tables.event
         with self.db._conn() as conn:
             stmt = (select(e.c.node_name, e.c.time_start, e.c.time_end, e.c.state, e.c.reason)

@@ -27,7 +27,10 @@ Then nothing changes in Slurm, the refusal is a
 :class:`BreakerTripped` (a Conflict: HTTP 409 problem, CLI exit 3, one line naming the
 partition, the share, the window and the nodes already out), and the event
 ``slurmtower.breaker.tripped`` is recorded with the counts (a dry run only says it would
-trip). An admin passes ``override_breaker=true`` (HTTP: the admin role; the CLI: whoever
+trip). The refusal names what its caller may see (:class:`~slurmtower.visibility.Hidden`):
+a scope of a hidden partition is left out, a hidden node already out is counted, not named
+(the nodes asked for are the caller's own words); the event keeps every name and is cut
+where it is read, as every event is. An admin passes ``override_breaker=true`` (HTTP: the admin role; the CLI: whoever
 Slurm lets drain; never a rule): the drain goes on, and ``slurmtower.breaker.overridden``
 is recorded.
 """
@@ -46,6 +49,7 @@ from slurmtower.actions.ownership import holds_node
 from slurmtower.errors import Conflict
 from slurmtower.models import Node
 from slurmtower.nodeset import NodeSet
+from slurmtower.visibility import NOTHING_HIDDEN, Hidden
 
 if TYPE_CHECKING:
     from slurmtower.settings import ActionSettings
@@ -86,16 +90,18 @@ class Scope:
         where = f"partition {self.name}" if self.kind == "partition" else "the cluster"
         return f"{self.would_be_out} of the {self.total} nodes of {where}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, hidden: Hidden = NOTHING_HIDDEN) -> dict[str, Any]:
+        """The scope as the event and the problem give it (``hidden`` nodes counted in
+        ``already_out_count``, not named in ``already_out``)."""
         return {
             "scope": self.kind,
             "partition": self.name,
             "share": self.share,
             "nodes": self.total,
             "limit": self.limit,
-            "already_out": str(NodeSet(sorted(self.already_out))) or None,
+            "already_out": _fold(self.already_out - hidden.nodes),
             "already_out_count": len(self.already_out),
-            "requested": str(NodeSet(sorted(self.requested))) or None,
+            "requested": _fold(self.requested),
             "requested_count": len(self.requested),
             "would_be_out": self.would_be_out,
         }
@@ -143,17 +149,32 @@ def evaluate(settings: ActionSettings, nodes: Sequence[Node], holds: Mapping[str
     return tripped
 
 
-def refusal(action: str, tripped: Sequence[Scope], window: float) -> BreakerTripped:
-    """The one-line refusal naming the first scope past its limit (all of them in the problem)."""
-    first = tripped[0]
-    nodes = str(NodeSet(sorted(first.requested)))
-    already = str(NodeSet(sorted(first.already_out))) or "none"
+def _fold(nodes: Collection[str]) -> str | None:
+    return str(NodeSet(sorted(nodes))) or None
+
+
+def refusal(action: str, tripped: Sequence[Scope], window: float,
+            hidden: Hidden = NOTHING_HIDDEN) -> BreakerTripped:
+    """The one-line refusal naming the first scope past its limit (all of them in the problem),
+    as callers may see them (``hidden``: :meth:`Visibility.hiding_nodes
+    <slurmtower.visibility.Visibility.hiding_nodes>` of the cluster): scopes of hidden
+    partitions left out, hidden nodes already out counted but not named."""
+    shown = [s for s in tripped if s.name is None or s.name not in hidden.partitions]
+    ending = "nothing changed (an admin may pass override_breaker=true)"
+    if not shown:  # only hidden partitions past their limits: said without naming them
+        return BreakerTripped(f"circuit breaker: {action} of {_fold(tripped[0].requested)} would leave more nodes "
+                              f"out of service within {window:g} s than a partition's limit; {ending}",
+                              param="nodes", breaker={"window": window, "scopes": []})
+    first = shown[0]
+    out = _fold(first.already_out - hidden.nodes) or "none"
+    unnamed = len(first.already_out & hidden.nodes)
+    if unnamed:
+        out = f"{out} and {unnamed} hidden" if out != "none" else f"{unnamed} hidden"
     plural = "" if first.limit == 1 else "s"
-    message = (f"circuit breaker: {action} of {nodes} would leave {first.describe()} out of service within "
-               f"{window:g} s, more than its limit of {first.share:.0%} ({first.limit} node{plural}); "
-               f"already out in the window: {already} ({len(first.already_out)}); nothing changed "
-               "(an admin may pass override_breaker=true)")
+    message = (f"circuit breaker: {action} of {_fold(first.requested)} would leave {first.describe()} out of "
+               f"service within {window:g} s, more than its limit of {first.share:.0%} ({first.limit} "
+               f"node{plural}); already out in the window: {out} ({len(first.already_out)}); {ending}")
     return BreakerTripped(message, param="nodes", breaker={
         "window": window, "partition": first.name, "share": first.share, "limit": first.limit,
-        "already_out": first.as_dict()["already_out"], "already_out_count": len(first.already_out),
-        "scopes": [s.as_dict() for s in tripped]})
+        "already_out": first.as_dict(hidden)["already_out"], "already_out_count": len(first.already_out),
+        "scopes": [s.as_dict(hidden) for s in shown]})

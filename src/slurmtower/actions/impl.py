@@ -382,7 +382,7 @@ def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action:
         return {"overridden": True, "scopes": payload["scopes"]}
     if not run.dry_run:
         run.record_event(TRIPPED, payload, node=str(ns) if len(ns) == 1 else None)
-    raise refusal(action, tripped, settings.breaker_window)
+    raise refusal(action, tripped, settings.breaker_window, run.visibility().hiding_nodes(every))
 
 
 def _read_holds(run: Run, nodes: str) -> tuple[datetime, NodeSet, list[Node], dict[str, list[Hold]], str]:

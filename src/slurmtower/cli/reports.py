@@ -45,7 +45,7 @@ def _run(kind: str, config: Path | None, output: str, params: dict[str, Any], cl
     services = Services.for_cluster(settings)
     policy = Visibility.from_settings(services.settings)  # the cluster's (hidden partitions)
     wanted = wanted_partitions(given) if kind == "availability" else ()
-    partitions = policy.partitions(services.client.partitions()) if kind == "availability" else []
+    partitions = services.client.partitions() if kind == "availability" else []  # every one: the policy cuts
     report = run_report(services.reports(), query, Principal(name=getpass.getuser(), role=ADMIN, via="cli"),
                         policy, partitions=partitions, wanted_partitions=wanted, own_accounts=list)
     if output == "json":

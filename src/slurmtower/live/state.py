@@ -16,9 +16,13 @@ from typing import cast
 from slurmtower.live.cache import Snapshot, SnapshotCache
 from slurmtower.models import ControllerStats, Node, Partition
 from slurmtower.models.table import JobTable, NodeTable
-from slurmtower.visibility import Visibility
+from slurmtower.visibility import NOTHING_HIDDEN, Hidden, Visibility
 
 __all__ = ["ClusterView", "LiveState"]
+
+#: id(a partitions snapshot's list) -> (the list, what it hides): every request of one
+#: snapshot shares one (each node set of 5,000 nodes expanded once, not per request).
+_HIDDEN: dict[int, tuple[list[Partition], Hidden]] = {}
 
 
 @dataclass(frozen=True)
@@ -70,9 +74,23 @@ class LiveState:
     async def hidden_nodes(self) -> frozenset[str]:
         """Nodes only in hidden partitions: their events, rule runs and dashboard pages are
         hidden (read from the partitions snapshot, only when partitions are hidden)."""
+        return (await self.hiding()).nodes
+
+    async def hiding(self) -> Hidden:
+        """What this cluster hides from every caller (:class:`~slurmtower.visibility.Hidden`,
+        the filter of events, audit records and envelopes), made once per
+        partitions snapshot; nothing (no Slurm read) when no partition is hidden."""
         if not self.hidden:
-            return frozenset()
-        return Visibility(hidden_partitions=self.hidden).hidden_nodes((await self.partitions()).value)
+            return NOTHING_HIDDEN
+        partitions = (await self.partitions()).value
+        made = _HIDDEN.get(id(partitions))
+        if made is not None and made[0] is partitions and made[1].partitions == self.hidden:
+            return made[1]
+        view = Visibility(hidden_partitions=self.hidden).hiding(partitions)
+        if len(_HIDDEN) >= 16:
+            _HIDDEN.clear()  # snapshots long replaced
+        _HIDDEN[id(partitions)] = (partitions, view)
+        return view
 
     async def view(self) -> ClusterView:
         """Nodes and jobs together (the dashboard's and ``/metrics``' view)."""

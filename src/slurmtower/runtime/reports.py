@@ -131,14 +131,15 @@ def wanted_partitions(params: Mapping[str, str]) -> tuple[str, ...]:
     return _list(params, "partitions")
 
 
-def _availability_partitions(query: AvailabilityQuery, wanted: Sequence[str],
-                             partitions: Sequence[Partition]) -> AvailabilityQuery:
-    names = {p.name for p in partitions}
+def _availability_partitions(query: AvailabilityQuery, wanted: Sequence[str], partitions: Sequence[Partition],
+                             policy: Visibility) -> AvailabilityQuery:
+    names = {p.name for p in policy.partitions(partitions)}
     unknown = [w for w in wanted if w not in names]
     if unknown:
         raise InvalidInput(f"no partition {unknown[0][:60]!r} (known: {', '.join(sorted(names))})",
                            param="partitions")
-    return replace(query, partitions=[p for p in partitions if not wanted or p.name in wanted])
+    # Every partition goes in, hidden ones too: the report leaves out the nodes only in them.
+    return replace(query, partitions=list(partitions), wanted=tuple(wanted))
 
 
 def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibility, *,
@@ -151,7 +152,8 @@ def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibi
         query: from :func:`parse_report`.
         viewer: who asks; the users and accounts the report covers are narrowed by ``policy``.
         own_accounts: ``() -> the viewer's accounts``, asked only when the policy needs them.
-        partitions: the visible live partitions (availability reads their nodes).
+        partitions: every live partition, as Slurm gives them (availability reads their
+            nodes; ``policy`` leaves out hidden ones and the nodes only in them).
         wanted_partitions: availability's ``partitions`` parameter (none: every one).
         events: slurmtower's event store: availability's node rows then say how many state
             changes its sensor recorded for each node (``recorded_transitions``).
@@ -161,7 +163,7 @@ def run_report(reports: Reports, query: AnyQuery, viewer: Viewer, policy: Visibi
     """
     if isinstance(query, AvailabilityQuery):
         policy.report_filters(viewer, group_by="cluster", users=(), accounts=(), own_accounts=own_accounts)
-        found = reports.availability(_availability_partitions(query, wanted_partitions, partitions))
+        found = reports.availability(_availability_partitions(query, wanted_partitions, partitions, policy))
         return found if events is None else _with_recorded(found, events)
     if isinstance(query, WaitQuery):
         hidden = [p for p in query.partitions if not policy.shows_partition(p)]
@@ -191,7 +193,7 @@ async def read_report(services: Services, kind: str, params: Mapping[str, str], 
     partitions: list[Partition] = []
     wanted: tuple[str, ...] = ()
     if kind == "availability":
-        partitions = policy.partitions((await services.live().partitions()).value)
+        partitions = (await services.live().partitions()).value
         wanted = wanted_partitions(params)
 
     def own() -> list[str]:

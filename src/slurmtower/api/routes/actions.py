@@ -24,7 +24,7 @@ from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import PermissionDenied
 from slurmtower.principal import ACTION_PERM, USER
 from slurmtower.runtime import Services
-from slurmtower.visibility import Visibility
+from slurmtower.visibility import Hidden, Visibility
 
 __all__ = ["AuditPage", "router"]
 
@@ -89,19 +89,26 @@ async def run_action(
         parameters = st2.pack_params(name, given)
     if not spec.mutating:
         Visibility.from_settings(services.settings).check_search(parameters, principal)
+    # Read before acting: an answer that could not be cut must not follow a change in Slurm.
+    hidden = await services.live().hiding()
     env = await asyncio.to_thread(catalogue.execute, name, parameters or {}, principal=principal.name,
                                   via="api", dry_run=dry_run, idempotency_key=idempotency_key,
                                   role=principal.role)
-    body = _shown(services, env, principal)
+    body = _shown(services, env, principal, hidden)
     return JSONResponse(st2.execution(body, given) if shape == "st2" else body, status_code=env.http_status)
 
 
-def _shown(services: Services, env: Envelope, principal: Principal) -> dict[str, Any]:
-    """The envelope as ``principal`` may see it: jobs in its result without the private
-    fields of other users' jobs for readers (:mod:`slurmtower.visibility`)."""
+def _shown(services: Services, env: Envelope, principal: Principal, hidden: Hidden) -> dict[str, Any]:
+    """The envelope as ``principal`` may see it (:mod:`slurmtower.visibility`): jobs in its
+    result without the private fields of other users' jobs for readers, and no name of a
+    hidden node or partition but the nodes the principal named in its own execution."""
     body = env.model_dump(mode="json")
     body["result"] = Visibility.from_settings(services.settings).records(body.get("result"), principal)
-    return body
+    if env.principal == principal.name:
+        nodes = env.parameters.get("nodes")
+        hidden = hidden.but(nodes if isinstance(nodes, str) else None)
+    shown: dict[str, Any] = hidden.scrub(body)
+    return shown
 
 
 @router.get("/executions/{execution_id}", response_model=Envelope | st2.St2Execution,
@@ -114,7 +121,7 @@ async def get_execution(
     """One execution's envelope."""
     shape = st2.check_format(format)
     env = await asyncio.to_thread(_catalogue(services).get_execution, execution_id)
-    body = _shown(services, env, principal)
+    body = _shown(services, env, principal, await services.live().hiding())
     return JSONResponse(st2.execution(body) if shape == "st2" else body)
 
 
@@ -129,6 +136,10 @@ async def list_audit(
 ) -> AuditPage:
     """The audit log of mutating actions, newest first."""
     store = _catalogue(services).store
+    hidden = await services.live().hiding()
     records = await asyncio.to_thread(store.list_audit, limit=limit, before=before, who=who, action=action,
                                       execution_id=execution_id)
-    return AuditPage(records=records, next_before=records[-1].seq if len(records) == limit else None)
+    # Records about hidden nodes only are left out, the others lose their names (node states
+    # and reasons, a refusal's message); the page's bound is the store's, so paging goes on.
+    shown = [r for r in map(hidden.item, records) if r is not None]
+    return AuditPage(records=shown, next_before=records[-1].seq if len(records) == limit else None)

@@ -157,14 +157,15 @@ async def _fragments(services: Services, principal: Principal) -> dict[str, Any]
 
 
 async def _recent_events(services: Services) -> list[EventLine]:
-    """The last events of the store, newest first, without those of hidden nodes."""
+    """The last events of the store, newest first, as ``/events`` shows them (those about
+    hidden nodes or partitions only left out, the others without their names)."""
     store = services.event_store
     if store is None:
         return []
-    hidden = await services.live().hidden_nodes()
+    hidden = await services.live().hiding()
     found = await asyncio.to_thread(store.query, limit=_EVENTS * 2 if hidden else _EVENTS, descending=True,
                                     own=True)
-    return [event_line(ev) for ev in found if ev.node not in hidden][:_EVENTS]
+    return [event_line(ev) for ev in map(hidden.event, found) if ev is not None][:_EVENTS]
 
 
 @router.get("", response_class=HTMLResponse)

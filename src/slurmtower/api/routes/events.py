@@ -17,7 +17,7 @@ import json
 import logging
 import time
 import uuid as uuid_mod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -88,20 +88,23 @@ ClusterParam = Annotated[str | None, Query(alias="cluster", max_length=40, descr
                                            "events (default: every cluster's).")]
 
 
-async def _scope(request: Request, services: Services) -> tuple[str | None, Any]:
-    """The cluster the request names (``None``: every cluster) and a test of whether an
-    event is about a node hidden from callers (``api.hidden_partitions`` of its cluster)."""
+async def _scope(request: Request, services: Services) -> tuple[str | None, Callable[[Event], Event | None] | None]:
+    """The cluster the request names (``None``: every cluster) and what callers see of an
+    event: :meth:`Hidden.event <slurmtower.visibility.Hidden.event>` of its cluster (None for
+    an event about hidden nodes or partitions only, else its payload without their names);
+    ``None`` when no cluster hides anything."""
     name = cluster_of(request)
     clusters = [services.cluster(name)] if name is not None else services.every_cluster()
-    hidden = {each.name_or_default(): await each.live().hidden_nodes() for each in clusters}
+    hidden = {each.name_or_default(): await each.live().hiding() for each in clusters}
     default = services.name_or_default()
     if not any(hidden.values()):
         return name, None
 
-    def is_hidden(ev: Event) -> bool:
-        return ev.node in hidden.get(ev.cluster or default, ())
+    def seen(ev: Event) -> Event | None:
+        view = hidden.get(ev.cluster or default)
+        return ev if view is None else view.event(ev)
 
-    return name, is_hidden
+    return name, seen
 
 
 def _types(type_: list[str] | None) -> list[str] | None:
@@ -132,12 +135,12 @@ async def list_events(
     if start is not None and end is not None and start.tzinfo and end.tzinfo and end <= start:
         raise InvalidInput("end must be after start", param="end")
     store = _store(services)
-    name, is_hidden = await _scope(request, services)
+    name, seen = await _scope(request, services)
     found = await asyncio.to_thread(
         store.query, since_id=since, types=_types(type_), node=node, start=start, end=end, limit=limit,
         cluster=name,
     )
-    return [ev for ev in found if not is_hidden(ev)] if is_hidden is not None else found
+    return found if seen is None else [ev for ev in map(seen, found) if ev is not None]
 
 
 @router.get("/events/rule-runs", response_model=list[RuleRun], responses=problems(*READ_PROBLEMS))
@@ -150,14 +153,16 @@ async def list_rule_runs(
 ) -> list[RuleRun]:
     """Recorded rule runs (the trace: rule, event id, outcome, envelope), oldest first."""
     store = _store(services)
-    hidden = await services.live().hidden_nodes()
+    hidden = await services.live().hiding()
     found = await asyncio.to_thread(store.rule_runs, rule=rule, event_id=event_id, limit=limit)
     policy = Visibility.from_settings(services.settings)
     # An envelope's result may hold jobs (a rule running slurm.job.get): shown as the action's
-    # own answer would be to this caller.
+    # own answer would be to this caller; a run about hidden nodes only is left out, the others'
+    # envelopes lose their names (a drain's refusal naming a hidden partition).
+    shown = [run for run in map(hidden.item, found) if run is not None]
     return [run if policy.sees_all_private(principal)
             else run.model_copy(update={"envelope": policy.records(run.envelope, principal)})
-            for run in found if run.node not in hidden]
+            for run in shown]
 
 
 @router.get("/events/sensor", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
@@ -190,7 +195,7 @@ async def stream_events(
 ) -> StreamingResponse:
     """Server-Sent Events of new events; resumes after ``Last-Event-ID`` (or ``since``)."""
     store = _store(services)
-    shown, is_hidden = await _scope(request, services)
+    shown, seen = await _scope(request, services)
     types = _types(type_)
     if last_event_id is not None and last_event_id.strip():
         try:
@@ -209,10 +214,12 @@ async def stream_events(
     # a JWT's exp): checked as a new request's would be, before each batch sent and at least
     # every STREAM_RECHECK_SECONDS.
 
-    def wanted(ev: Event) -> bool:
-        return ((types is None or ev.type in types) and (node is None or ev.node == node)
-                and (shown is None or (ev.cluster or services.name_or_default()) == shown)
-                and (is_hidden is None or not is_hidden(ev)))
+    def wanted(ev: Event) -> Event | None:
+        """``ev`` as this caller sees it; None when not asked for (type, node, cluster) or hidden."""
+        if not ((types is None or ev.type in types) and (node is None or ev.node == node)
+                and (shown is None or (ev.cluster or services.name_or_default()) == shown)):
+            return None
+        return ev if seen is None else seen(ev)
 
     async def stored_after(position: int) -> tuple[int, list[bytes], bool]:
         """The next batch of stored events after ``position``: (the new position, the wanted
@@ -222,8 +229,9 @@ async def stream_events(
         for ev in events:
             assert ev.id is not None
             position = ev.id
-            if wanted(ev):
-                chunks.append(_sse(ev))
+            sent = wanted(ev)
+            if sent is not None:
+                chunks.append(_sse(sent))
         return position, chunks, len(events) == STREAM_BATCH
 
     async def polled(position: int) -> AsyncIterator[bytes]:
@@ -290,8 +298,9 @@ async def stream_events(
                     if ev.id <= position:
                         continue
                     position = ev.id
-                    if wanted(ev):
-                        yield _sse(ev)
+                    sent = wanted(ev)
+                    if sent is not None:
+                        yield _sse(sent)
         finally:
             feed.unsubscribe(sub)
 
