@@ -24,6 +24,7 @@ from slurmtower.models import (
     parse_job_state,
     parse_node_state,
 )
+from slurmtower.models.job import Job, array_task_count
 from slurmtower.slurm import adapters as ad
 
 LAB = Path(__file__).parent / "fixtures" / "slurm" / "_lab-22.05"
@@ -126,6 +127,21 @@ def test_node_flags_must_be_names() -> None:
 )
 def test_parse_job_state(text: str | list[str], expected: tuple[JobState, set[str]]) -> None:
     assert parse_job_state(text) == (expected[0], frozenset(expected[1]))
+
+
+@pytest.mark.parametrize(("text", "jobs"), [
+    ("1-1000%10", 1000),  # the throttle is not a count
+    ("[1-5,7]", 6),
+    ("1-199:3", 67),  # 1, 4 ... 199 (22.05's squeue -r lists 66)
+    ("1-2,4,7,11-19:4", 7),
+    ("1-2,4,7,11,16,22,29,37,46,56,67,79,92,106,121,137,154,172,19...", 19),  # cut: what is shown
+    ("", 1),
+    (None, 1),
+], ids=["throttled", "brackets", "stepped", "mixed", "cut", "empty", "none"])
+def test_an_array_record_counts_its_pending_tasks(text: str | None, jobs: int) -> None:
+    assert array_task_count(text) == jobs
+    assert Job(job_id=7, array_job_id=7, array_task_str=text, state=JobState.PENDING).job_count == jobs
+    assert Job(job_id=8, array_job_id=7, array_task_id=3, array_task_str=text, state=JobState.RUNNING).job_count == 1
 
 
 # ---------------------------------------------------------------------------------- exit codes

@@ -14,6 +14,8 @@ __all__ = [
     "Job",
     "JobState",
     "JobStep",
+    "array_task_count",
+    "array_task_ranges",
     "parse_job_state",
     "step_label",
 ]
@@ -276,6 +278,13 @@ class Job(BaseModel):
         return value or None
 
     @property
+    def job_count(self) -> int:
+        """How many jobs this record is, as Slurm counts them: an array's pending tasks, which
+        squeue folds into one record (``123_[1-1000%10]``: 1,000), else 1 (a job, an array
+        task, a het-job component: squeue lists each on its own)."""
+        return array_task_count(self.array_task_str) if self.array_task_id is None else 1
+
+    @property
     def job_key(self) -> str:
         """``"2018"``, ``"2022_3"`` for an array task, ``"2023_[1-5%2]"`` for pending tasks."""
         if self.array_job_id is not None and self.array_task_id is not None:
@@ -283,6 +292,34 @@ class Job(BaseModel):
         if self.array_job_id is not None and self.array_task_str:
             return f"{self.array_job_id}_[{self.array_task_str}]"
         return str(self.job_id)
+
+
+_TASK_PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+def array_task_ranges(text: str) -> tuple[range, ...]:
+    """The task ids of an array's pending record as Slurm prints them (``1-1000%10``,
+    ``1-199:3``, ``1,5,9``, with or without ``[]``), one range per part. A part that is not a
+    task id or range (the ``...`` squeue ends a list with past ``SLURM_BITSTR_LEN``) is left out."""
+    found: list[range] = []
+    for part in text.strip().strip("[]").split("%")[0].split(","):
+        m = _TASK_PART.fullmatch(part.strip())
+        if m is not None:
+            lo = int(m[1])
+            found.append(range(lo, int(m[2] or lo) + 1, max(1, int(m[3] or 1))))
+    return tuple(found)
+
+
+def array_task_count(text: str | None) -> int:
+    """How many jobs a queue record whose pending tasks Slurm prints as ``text`` is: those
+    tasks (:func:`array_task_ranges`; at least one), or 1 for a record without (``None``).
+
+    Counted from the text rather than by ``squeue -r``, whose 22.05 drops the last task of
+    a stepped range (``1-19:3``: 6 lines for 7 tasks).
+    """
+    if not text:
+        return 1
+    return max(1, sum(len(r) for r in array_task_ranges(text)))
 
 
 #: Slurm's special step ids (``SLURM_BATCH_SCRIPT``, ``SLURM_EXTERN_CONT``,

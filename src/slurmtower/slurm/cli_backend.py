@@ -31,6 +31,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
+from slurmtower.models.job import array_task_count
 from slurmtower.models.table import JobTable, QueueDelta
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
@@ -345,6 +346,29 @@ class CliSlurmClient:
             if base.isdigit():
                 ids.append(int(base))
         return sorted(set(ids))
+
+    def job_count(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> int:
+        # The ids as squeue prints them (123_[1-1000%10] for an array's pending tasks), each
+        # counted as its record's job_count.
+        argv = ["squeue", "-h", "-o", "%i", *_squeue_filters(
+            users=users, accounts=accounts, partitions=partitions, states=states, names=names, nodes=nodes,
+            job_ids=job_ids)]
+        res = self.runner.run(argv, check=False)
+        if res.returncode != 0:
+            if "invalid job id" in res.stderr.lower():
+                return 0
+            raise classify_failure(res.argv, res.returncode, res.stderr)
+        return sum(array_task_count(line.partition("_[")[2].rstrip("]") or None) for line in res.stdout.split())
 
     def queue(
         self,

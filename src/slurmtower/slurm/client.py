@@ -152,6 +152,22 @@ class SlurmReads(Protocol):
         """Ids of the jobs matching filters Slurm applies itself (cheap: no job details)."""
         ...
 
+    def job_count(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> int:
+        """How many jobs match :meth:`job_ids`' filters, as Slurm counts them: each array task
+        (pending ones too, one record in squeue) and each het-job component
+        (:attr:`~slurmtower.models.Job.job_count`)."""
+        ...
+
     def queue(
         self,
         *,

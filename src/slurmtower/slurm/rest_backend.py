@@ -296,11 +296,15 @@ class RestSlurmClient:
                     raise
         return found
 
-    def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+    def _jobs_read(self, job_ids: Sequence[int] | None) -> list[Job]:
+        """The records slurmctld answers for ``job_ids`` (each with its array's tasks and het
+        job's components), or every record."""
         if job_ids is not None and len(job_ids) <= _SINGLE_READS:
-            result = self._some_jobs(job_ids)
-        else:
-            result = ad.parse_jobs_json(self._slurm("jobs"))
+            return self._some_jobs(job_ids)
+        return ad.parse_jobs_json(self._slurm("jobs"))
+
+    def jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        result = self._jobs_read(job_ids)
         if job_ids is None:
             return result
         wanted = {int(j) for j in job_ids}
@@ -359,6 +363,20 @@ class RestSlurmClient:
         return sorted({j.job_id for j in self.queue(users=users, accounts=accounts, partitions=partitions,
                                                     states=states, names=names, nodes=nodes, job_ids=job_ids)})
 
+    def job_count(
+        self,
+        *,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        partitions: Sequence[str] = (),
+        states: Sequence[str] = (),
+        names: Sequence[str] = (),
+        nodes: NodeSet | None = None,
+        job_ids: Sequence[int] = (),
+    ) -> int:
+        return sum(j.job_count for j in self.queue(users=users, accounts=accounts, partitions=partitions,
+                                                   states=states, names=names, nodes=nodes, job_ids=job_ids))
+
     def queue(
         self,
         *,
@@ -370,10 +388,14 @@ class RestSlurmClient:
         nodes: NodeSet | None = None,
         job_ids: Sequence[int] = (),
     ) -> list[Job]:
-        # slurmrestd's /jobs has no filters: every job, filtered here.
+        # slurmrestd's /jobs has no filters: every job, filtered here. As squeue --jobs, an id
+        # names its job, its array's tasks and its het job's components.
         node_names = set(nodes) if nodes is not None else None
+        wanted = {int(j) for j in job_ids}
         out = []
-        for job in self.jobs(job_ids or None):
+        for job in self._jobs_read(job_ids or None):
+            if wanted and not wanted & {job.job_id, job.array_job_id, job.het_job_id}:
+                continue
             if users and job.user_name not in users:
                 continue
             if accounts and job.account not in accounts:

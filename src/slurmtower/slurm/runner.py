@@ -98,7 +98,9 @@ class CommandRunner:
                     f"running {full[0]} as {as_user} needs root", argv=full, returncode=None
                 )
             full = ["runuser", "-u", as_user, "--", *full]
-        env = {**os.environ, **self.env}
+        # SLURM_BITSTR_LEN=0: squeue and scontrol print an array's task list whole (past 64
+        # characters they cut it with "...", and the jobs a record stands for cannot be counted).
+        env = {**os.environ, "SLURM_BITSTR_LEN": "0", **self.env}
         limit = self.timeout if timeout is None else timeout
         started = time.monotonic()
         ok = False
