@@ -214,8 +214,10 @@ def test_the_job_breaker_at_its_threshold(http: Http, settings: Settings, jobs: 
                        headers=auth("admin"))
     assert forced.status_code == 200 and forced.json()["result"]["breaker"]["overridden"] is True
     assert state(three[2]) == "PENDING JobHeldAdmin"
-    # releases do not count
-    assert http.post("/actions/slurm.job.release", json={"jobids": three}, headers=auth("operator")).status_code == 200
+    # releases count as the holds did: three more past the limit
+    released = http.post("/actions/slurm.job.release", json={"jobids": three}, headers=auth("operator"))
+    assert released.status_code == 409 and released.json()["breaker"]["requested"] == 3, released.text
+    assert state(three[0]) == "PENDING JobHeldAdmin"
 
 
 def test_the_job_breaker_guards_one_users_jobs(http: Http, settings: Settings, jobs: list[int]) -> None:
@@ -235,6 +237,110 @@ def test_the_job_breaker_guards_one_users_jobs(http: Http, settings: Settings, j
     # alice's own: her scope (2 + 2 of her 6 jobs, past 50 %) does not guard what she does herself
     own = http.post("/actions/slurm.job.hold", json={"jobids": alices[2:4], "uhold": True}, headers=auth("alice"))
     assert own.status_code == 200 and own.json()["result"]["counts"] == {"held": 2}, own.text
+
+
+def test_the_job_breaker_counts_an_arrays_tasks(http: Http, settings: Settings, jobs: list[int]) -> None:
+    """A held 250-task array is one record in squeue and 250 jobs to the breaker (its
+    defaults: 50 % of the queue, at least 100 jobs): cancelling, releasing or changing it
+    whole is refused with that count, and an admin's release records 250 jobs acted on.
+    (250, not the 1,000 of issue 41: each pending task counts against MaxJobCount, 10,000
+    for the whole session's cluster.)"""
+    array = submit("alice", "--hold", "--begin=now+1hour", "--array=1-250", "-J", "st-jobctl", "--wrap", "sleep 300")
+    jobs.append(array)
+    tasks = ["squeue", "-h", "-r", "-j", str(array), "-o", "%i %T %r %l"]
+    before = sh(*tasks)
+    assert len(before.splitlines()) == 250 and len(sh("squeue", "-h", "-j", str(array), "-o", "%i").split()) == 1
+    assert len(sh("squeue", "-h", "-r", "-o", "%i").split()) < 500  # the array is more than half the queue
+    for name, extra in [("slurm.job.cancel", {}), ("slurm.job.release", {}),
+                        ("slurm.job.update", {"infos": {"time_limit": 5}}),
+                        ("slurm.job.cancel", {"dry_run": True})]:
+        refused = http.post(f"/actions/{name}", json={"jobids": [array], **extra}, headers=auth("operator"))
+        assert refused.status_code == 409, (name, refused.text)
+        assert "of 250 job(s)" in refused.json()["detail"] and refused.json()["breaker"]["requested"] == 250
+    assert sh(*tasks) == before  # nothing changed
+    released = http.post("/actions/slurm.job.release", json={"jobids": [array], "override_breaker": True},
+                         headers=auth("admin"))
+    assert released.status_code == 200 and released.json()["result"]["affected"] == 250, released.text
+    audit = http.get("/audit", params={"action": "slurm.job.release"}, headers=auth("admin")).json()
+    assert next(r for r in audit["records"] if r["outcome"] == "succeeded")["after"]["acted"] == 250
+    # the 250 released are in the window: one more job acted on is past the limit
+    one = http.post("/actions/slurm.job.hold", json={"jobids": [f"{array}_7"]}, headers=auth("operator"))
+    assert one.status_code == 409 and one.json()["breaker"]["earlier"] == 250, one.text
+    settings.actions.breaker_window = 0.001  # the release out of the window: the hold of the whole is refused alone
+    held = http.post("/actions/slurm.job.hold", json={"jobids": [array]}, headers=auth("operator"))
+    assert held.status_code == 409 and held.json()["breaker"]["requested"] == 250, held.text
+    assert held.json()["breaker"]["earlier"] == 0 and "JobHeld" not in sh(*tasks)
+
+
+def test_the_job_breaker_counts_a_het_jobs_components(http: Http, settings: Settings, jobs: list[int]) -> None:
+    settings.actions.job_breaker_min_jobs = 1
+    settings.actions.job_breaker_share = 0.01
+    het = int(sh("sbatch", "--parsable", "-o", "/dev/null", "--begin=now+1hour", "-n1", ":", "-n1",
+                 "--wrap", "sleep 300").strip())
+    jobs.append(het)
+    whole = http.post("/actions/slurm.job.hold", json={"jobids": [het]}, headers=auth("operator"))
+    assert whole.status_code == 409 and "of 2 job(s)" in whole.json()["detail"], whole.text
+    one = http.post("/actions/slurm.job.hold", json={"jobids": [f"{het}+1"]}, headers=auth("operator"))
+    assert one.status_code == 200 and one.json()["result"]["affected"] == 1, one.text
+
+
+def test_every_job_action_counts(http: Http, settings: Settings, jobs: list[int]) -> None:
+    """Releases, updates and resumes count as cancels and holds do (a priority=0 update holds
+    jobs; a release or resume of many starts them at once)."""
+    settings.actions.job_breaker_min_jobs = 2
+    settings.actions.job_breaker_share = 0.01
+    held = [pending("root", jobs, "--hold") for _ in range(3)]  # sbatch --hold: a user hold
+    for name, extra in [("slurm.job.update", {"infos": {"time_limit": 5}}),
+                        ("slurm.job.update", {"infos": {"priority": 0}}), ("slurm.job.release", {})]:
+        refused = http.post(f"/actions/{name}", json={"jobids": held, **extra}, headers=auth("operator"))
+        assert refused.status_code == 409 and "of 3 job(s)" in refused.json()["detail"], (name, refused.text)
+    assert all(state(j) == "PENDING JobHeldUser" for j in held)
+    assert "TimeLimit=00:05:00" not in sh("scontrol", "show", "job", str(held[0]))
+    run = [running("root", jobs) for _ in range(3)]
+    sh("scontrol", "suspend", ",".join(map(str, run)))
+    resumed = http.post("/actions/slurm.job.resume", json={"jobids": run}, headers=auth("operator"))
+    assert resumed.status_code == 409 and resumed.json()["breaker"]["action"] == "slurm.job.resume", resumed.text
+    assert all(state(j).startswith("SUSPENDED") for j in run)
+
+
+def test_jobs_are_counted_as_slurm_counts_them(client: CliSlurmClient, catalogue: Catalogue, settings: Settings,
+                                               devcluster: Any, jobs: list[int]) -> None:
+    """Each array task and het component is a job: the clients' count, the rows' counts and
+    the actions' agree, for a throttled, a stepped and a sparse array (its task list longer
+    than squeue's 64 characters as given) and a het job; and a stepped array is acted on by
+    filter (scontrol does not take 1-199:3 back)."""
+    from slurmtower.slurm import RestSlurmClient
+
+    settings.actions.job_breaker_enabled = False  # the counts are this test's, the breaker's are above
+
+    def counted(*args: str) -> int:
+        job = submit("alice", "--begin=now+1hour", "-J", "st-count", *args, "--wrap", "sleep 300")
+        jobs.append(job)
+        return job
+
+    sparse = ",".join(str(n * (n + 1) // 2 + 1) for n in range(30))  # 1,2,4,7,11 ... 436: 30 tasks
+    arrays = {counted("--array=1-100%10"): 100, counted("--array=1-199:3"): 67, counted(f"--array={sparse}"): 30}
+    het = counted("-n1", ":", "-n1")
+    mine = {"users": ["alice"], "names": ["st-count"], "states": ["PENDING"]}  # not those ended before
+    slurm = 100 + 67 + 30 + 2  # (22.05's squeue -r lists 66 of 1-199:3: it drops a stepped range's last task)
+    assert client.job_count(**mine) == slurm
+    assert sum(j.job_count for j in client.queue(**mine)) == slurm
+    # slurmrestd cuts a task list past 64 characters ("1-2,4,7 ... 172,19...": its own
+    # SLURM_BITSTR_LEN, README): the sparse array is left out of its count
+    rest = RestSlurmClient(f"http://127.0.0.1:{devcluster.rest_port}", user="root", jwt_key_file=devcluster.jwt_key)
+    try:
+        assert rest.job_count(**mine, job_ids=[*list(arrays)[:2], het]) == 100 + 67 + 2
+    finally:
+        rest.close()
+    env = act(catalogue, "slurm.job.hold", {"criterias": {"user": "alice", "name": "st-count"}, "dry_run": True})
+    counts = {text.split("_")[0]: entry["count"] for text, entry in env.result["jobs"].items()}
+    assert counts == {**{str(a): n for a, n in arrays.items()}, str(het): 2} and env.result["affected"] == slurm
+    env = act(catalogue, "slurm.job.hold", {"jobids": [f"{next(iter(arrays))}_[1-20,15-30]"], "dry_run": True})
+    assert env.result["affected"] == 30
+    env = act(catalogue, "slurm.job.hold", {"criterias": {"user": "alice", "name": "st-count"}})
+    assert env.result["counts"] == {"held": 4}, env.result
+    assert set(sh("squeue", "-h", "-u", "alice", "-n", "st-count", "-o", "%r").split()) == {"JobHeldAdmin"}
+    assert client.job_count(**mine) == slurm
 
 
 class _EndsOneJob(CliSlurmClient):

@@ -243,8 +243,9 @@ class ActionSettings(_Section):
     breaker_partition_shares: dict[str, float] = Field(default_factory=dict)
     """Per-partition shares instead of ``breaker_share``, e.g. ``{gpu = 0.05}``."""
     job_breaker_enabled: bool = True
-    """The breaker of bulk job actions (cancel, hold, requeue, suspend, signal): see
-    :mod:`slurmtower.actions.jobs`."""
+    """The breaker of bulk job actions (every one: cancel, signal, hold, release, requeue,
+    suspend, resume, update; jobs counted as Slurm counts them, each array task and het-job
+    component): see :mod:`slurmtower.actions.jobs`."""
     job_breaker_share: float = Field(default=0.5, gt=0, le=1)
     """At most this share of the queue acted on within ``breaker_window`` ..."""
     job_breaker_min_jobs: int = Field(default=100, ge=1)

@@ -27,11 +27,22 @@ slurmtower (up to ``actions.job_admin_comment_max`` jobs a call), so ``scontrol 
 and ``sacct`` tell it too; the audit record names the person, lists every job by outcome, and the event
 ``slurmtower.job.<outcome>`` is recorded for the jobs of each outcome.
 
-**The breaker.** Cancels, holds, requeues, suspends and signals count: more jobs than
+**Counting jobs.** A job is what Slurm counts as one (as ``MaxJobCount`` does): each array
+task, the pending ones too (squeue folds them into one record, ``123_[1-1000]``: 1,000 jobs),
+and each component of a het job (``123`` names its components: 2 jobs for two). A call's count is the
+jobs its ids name that its act changes (a hold counts the pending tasks not yet held, a
+cancel those not ended, an update every one): each id's entry tells it (``count``), the
+result sums it (``affected``), the audit records it (``after.acted``, by owner) and the
+breaker counts it: one counting for all (``_affected``).
+
+**The breaker.** Every job action counts (cancel, signal, hold, release, requeue, suspend,
+resume and update: each changes jobs, and a release or resume of thousands starts them at
+once as surely as an update of ``priority=0`` holds them): more jobs than
 ``max(actions.job_breaker_min_jobs, actions.job_breaker_share * N)`` within
 ``actions.breaker_window`` (this call and the job actions recorded before it), where ``N`` is
-the queue, or one user's jobs acted on by someone else, is refused with
-``slurmtower.breaker.tripped``; an admin passes ``override_breaker=true``.
+the jobs of the queue (squeue's, each task counted), or one user's jobs acted on by someone
+else, is refused with ``slurmtower.breaker.tripped`` and a 409 naming the count; dry runs
+too. An admin passes ``override_breaker=true``.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from slurmtower.actions.params import _Mutating
 from slurmtower.actions.registry import Run, action
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, Unsupported
 from slurmtower.models import Job, JobState
+from slurmtower.models.job import array_task_ranges
 from slurmtower.nodeset import NodeSet, parse_nodeset
 from slurmtower.principal import ADMIN, OPERATOR, USER
 from slurmtower.slurm.jobctl import (
@@ -68,7 +80,7 @@ from slurmtower.slurm.jobctl import (
 if TYPE_CHECKING:
     from slurmtower.settings import ActionSettings
 
-__all__ = ["COUNTED", "CRITERIA", "JOB_ACTIONS", "USER_FIELDS"]
+__all__ = ["CRITERIA", "JOB_ACTIONS", "USER_FIELDS"]
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +90,9 @@ CRITERIA = ("user", "account", "partition", "state", "name", "nodes")
 #: change these; a longer time limit, a priority, a QOS ... are an operator's).
 USER_FIELDS = frozenset({"name", "comment", "dependency", "begin_time", "nice", "time_limit", "mail_user",
                          "mail_type", "features", "requeue"})
-#: The job actions the breaker counts.
-COUNTED = ("slurm.job.cancel", "slurm.job.hold", "slurm.job.requeue", "slurm.job.suspend", "slurm.job.signal")
-JOB_ACTIONS = (*COUNTED, "slurm.job.release", "slurm.job.resume", "slurm.job.update")
+#: The job actions, every one counted by the breaker.
+JOB_ACTIONS = ("slurm.job.cancel", "slurm.job.signal", "slurm.job.hold", "slurm.job.release", "slurm.job.requeue",
+               "slurm.job.suspend", "slurm.job.resume", "slurm.job.update")
 
 #: Slurm's messages for a job that ended (or never was): ``gone`` rather than ``refused``.
 _GONE = ("invalid job id", "already completing or completed", "does not exist", "job has already finished",
@@ -236,8 +248,7 @@ def _covers(ref: JobRef, job: Job) -> bool:
         return False
     if job.array_task_id is not None:
         return ref.overlaps([(job.array_task_id, job.array_task_id)])
-    pending = _task_text(job)
-    return pending is not None and ref.overlaps(parse_job_id(f"{ref.job_id}_[{pending}]").tasks or ())
+    return any(_within(tasks, lo, hi) for tasks in _pending_tasks(job) for lo, hi in ref.tasks or ())
 
 
 class _Rows:
@@ -255,10 +266,29 @@ class _Rows:
         return tuple(j for j in self._by_id.get(ref.job_id, ()) if _covers(ref, j))
 
 
-def _task_text(job: Job) -> str | None:
-    """The pending tasks of an array's pending record (``5-10``), without ``[]`` and ``%N``."""
-    text = (job.array_task_str or "").strip().strip("[]").split("%")[0]
-    return text or None
+def _pending_tasks(job: Job) -> tuple[range, ...]:
+    """The task ids an array's pending record stands for (``()``: the row is not one)."""
+    if job.array_job_id is None or job.array_task_id is not None or not job.array_task_str:
+        return ()
+    return array_task_ranges(job.array_task_str)
+
+
+def _within(tasks: range, lo: int, hi: int) -> int:
+    """How many of ``tasks`` are in ``lo``-``hi``."""
+    first = max(lo, tasks.start)
+    first += -(first - tasks.start) % tasks.step
+    return len(range(first, min(tasks.stop, hi + 1), tasks.step))
+
+
+def _merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` sorted, overlapping ones joined (``1-20,15-30`` names 30 tasks, not 36)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _ref_of(job: Job) -> JobRef:
@@ -267,10 +297,16 @@ def _ref_of(job: Job) -> JobRef:
         return parse_job_id(str(job.het_job_id))
     if job.array_job_id and job.array_task_id is not None:
         return parse_job_id(f"{job.array_job_id}_{job.array_task_id}")
-    pending = _task_text(job)
-    if job.array_job_id and pending is not None:
-        return parse_job_id(f"{job.array_job_id}_[{pending}]" if not pending.isdigit()
-                            else f"{job.array_job_id}_{pending}")
+    pending = _pending_tasks(job)
+    if job.array_job_id and pending:
+        # Built rather than parsed: Slurm's list may be longer than a caller's expression may
+        # be, or stepped (1-199:3), which scontrol does not take back.
+        ranges = _merged(span for r in pending if r
+                         for span in ([(r.start, r[-1])] if r.step == 1 else [(n, n) for n in r]))
+        text = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+        one = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
+        return JobRef(f"{job.array_job_id}_{text}" if one else f"{job.array_job_id}_[{text}]", job.array_job_id,
+                      tuple(ranges))
     return parse_job_id(str(job.job_id))
 
 
@@ -422,54 +458,100 @@ def _took(verb: str, before: Target, after: Sequence[Job]) -> bool:
     return not any(j.state is JobState.SUSPENDED for j in after)  # resume
 
 
+# -- counting -----------------------------------------------------------------------------------
+
+
+def _changes(verb: str, job: Job) -> bool:
+    """Whether ``verb`` changes the queue row ``job`` (what :func:`_why_unchanged` asks of a
+    whole id, asked of one row)."""
+    if verb == "cancel":
+        return job.state not in _ENDING
+    if verb == "signal":
+        return job.state not in _ENDING and job.state is not JobState.PENDING
+    if verb == "hold":
+        return job.state is JobState.PENDING and not _held(job)
+    if verb == "release":
+        return _held(job)
+    if verb == "requeue":
+        return job.state is not JobState.PENDING
+    if verb == "suspend":
+        return job.state not in (JobState.PENDING, JobState.SUSPENDED)
+    if verb == "resume":
+        return job.state is JobState.SUSPENDED
+    return True  # update
+
+
+def _jobs_in(ref: JobRef, job: Job) -> int:
+    """How many jobs of the queue row ``job`` ``ref`` names: of an array's pending record,
+    the tasks of ``ref``'s that it stands for (all of them when ``ref`` is the array's id);
+    any other row is one job (a task, a het component, a job)."""
+    pending = _pending_tasks(job)
+    if not pending or ref.tasks is None:
+        return job.job_count
+    return sum(_within(tasks, lo, hi) for tasks in pending for lo, hi in _merged(ref.tasks))
+
+
+def _affected(verb: str, target: Target) -> int:
+    """How many jobs ``verb`` changes of those ``target`` names, as Slurm counts jobs (each
+    array task, the pending ones too; each het-job component): the one count of the result,
+    the audit and the breaker."""
+    return sum(_jobs_in(target.ref, job) for job in target.jobs if _changes(verb, job))
+
+
+def _owners(counted: Iterable[tuple[Target, int]]) -> dict[str, int]:
+    """How many of the ``(target, jobs)`` jobs each user owns."""
+    owners: Counter[str] = Counter()
+    for target, jobs in counted:
+        owners[target.first.user_name or ""] += jobs
+    return dict(owners)
+
+
 # -- the breaker --------------------------------------------------------------------------------
 
 
-def _owners(targets: Iterable[Target]) -> dict[str, int]:
-    """How many of ``targets`` each user owns."""
-    return dict(Counter(t.first.user_name or "" for t in targets))
-
-
-def _tripped(run: Run, settings: ActionSettings, acting: Sequence[Target]) -> dict[str, Any] | None:
+def _tripped(run: Run, settings: ActionSettings, counted: Sequence[tuple[Target, int]]) -> dict[str, Any] | None:
     """The first scope past its limit (the queue, then one user's jobs acted on by someone
-    else), with its counts; ``None`` when none is."""
+    else), with its counts (jobs as :func:`_affected` counts them); ``None`` when none is."""
     share, floor_ = settings.job_breaker_share, settings.job_breaker_min_jobs
     store = run.store
     since = datetime.now(UTC) - timedelta(seconds=settings.breaker_window)
-    earlier, earlier_by_user = store.jobs_acted_since(since, COUNTED) if store is not None else (0, {})
+    earlier, earlier_by_user = store.jobs_acted_since(since, JOB_ACTIONS) if store is not None else (0, {})
+    requested = sum(jobs for _, jobs in counted)
 
     def limit(total: int) -> int:
         return max(floor_, math.floor(share * total + 1e-9))
 
-    if earlier + len(acting) > floor_:
-        queue = len(run.client.job_ids(states=_ACTIVE))
-        if earlier + len(acting) > limit(queue):
+    if earlier + requested > floor_:
+        queue = run.client.job_count(states=_ACTIVE)
+        if earlier + requested > limit(queue):
             return {"scope": "queue", "user": None, "jobs": queue, "limit": limit(queue), "earlier": earlier,
-                    "requested": len(acting)}
-    for user, mine in sorted(_owners(acting).items()):
+                    "requested": requested}
+    for user, mine in sorted(_owners(counted).items()):
         before = earlier_by_user.get(user, 0)
         if user == run.principal or before + mine <= floor_:  # a user's own jobs are theirs to end
             continue
-        theirs = len(run.client.job_ids(users=[user], states=_ACTIVE))
+        theirs = run.client.job_count(users=[user], states=_ACTIVE)
         if before + mine > limit(theirs):
             return {"scope": "user", "user": user, "jobs": theirs, "limit": limit(theirs), "earlier": before,
                     "requested": mine}
     return None
 
 
-def _breaker(run: Run, name: str, p: _JobTarget, acting: Sequence[Target]) -> dict[str, Any] | None:
+def _breaker(run: Run, name: str, p: _JobTarget, counted: Sequence[tuple[Target, int]]) -> dict[str, Any] | None:
+    """Raise :class:`BreakerTripped` when ``counted`` (each acting target and its jobs) is past
+    a limit; an admin's override answers the breaker's facts instead (``None``: within)."""
     settings = run.settings.actions if run.settings is not None else None
-    if settings is None or not settings.job_breaker_enabled or name not in COUNTED or not acting:
+    if settings is None or not settings.job_breaker_enabled or not any(jobs for _, jobs in counted):
         return None
     run.check_override(p.override_breaker, "job breaker")
-    scope = _tripped(run, settings, acting)
+    scope = _tripped(run, settings, counted)
     if scope is None:
         return None
     window = settings.breaker_window
     facts = {"action": name, "principal": run.principal, "via": run.via, "execution_id": run.execution_id,
              "window": window, "share": settings.job_breaker_share, **scope}
     total = scope["earlier"] + scope["requested"]
-    whose = f"{scope['user']}'s {scope['jobs']} jobs" if scope["user"] else f"the {scope['jobs']} queued"
+    whose = f"{scope['user']}'s {scope['jobs']} jobs" if scope["user"] else f"the {scope['jobs']} jobs queued"
     if p.override_breaker:
         run.stdout.append(f"job breaker overridden: {total} of {whose} within {window:g} s (limit {scope['limit']})")
         if not run.dry_run:
@@ -478,7 +560,8 @@ def _breaker(run: Run, name: str, p: _JobTarget, acting: Sequence[Target]) -> di
     if not run.dry_run:
         run.record_event(TRIPPED, facts)
     raise BreakerTripped(
-        f"job breaker: {name} of {scope['requested']} job(s) would make {total} of {whose} acted on within "
+        f"job breaker: {name} of {scope['requested']} job(s) (each array task and het-job component is one) "
+        f"would make {total} of {whose} acted on within "
         f"{window:g} s, more than its limit of {settings.job_breaker_share:.0%} ({scope['limit']}); nothing "
         "changed (an admin may pass override_breaker=true)", param="jobids" if p.jobids is not None else "criterias",
         breaker=facts)
@@ -526,18 +609,21 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     _check_rights(run, name, targets, p)
     plan = {t.ref.text: _why_unchanged(verb, t) for t in targets}
     acting = [t for t in targets if plan[t.ref.text] is None]
+    count = {t.ref.text: _affected(verb, t) for t in acting}
     run.before = {"jobs": len(targets), "states": dict(Counter(t.first.state.value for t in targets))}
-    breaker = _breaker(run, name, p, acting)
+    breaker = _breaker(run, name, p, [(t, count[t.ref.text]) for t in acting])
     jobs: dict[str, dict[str, Any]] = {}
     for t in targets:
         why = plan[t.ref.text]
-        jobs[t.ref.text] = {**t.summary(), "would": verb} if why is None else {
-            **t.summary(), "would": "unchanged", "why": why}
-    result: dict[str, Any] = {"action": verb, "selected": len(targets), "acting": len(acting), "jobs": jobs}
+        jobs[t.ref.text] = {**t.summary(), "count": count[t.ref.text], "would": verb} if why is None else {
+            **t.summary(), "count": 0, "would": "unchanged", "why": why}
+    affected = sum(count.values())
+    result: dict[str, Any] = {"action": verb, "selected": len(targets), "acting": len(acting), "affected": affected,
+                              "jobs": jobs}
     if breaker is not None:
         result["breaker"] = breaker
     if run.dry_run:
-        run.stdout.append(f"dry run: would {verb} {len(acting)} of {len(targets)} job(s)")
+        run.stdout.append(f"dry run: would {verb} {len(acting)} of {len(targets)} job id(s), {affected} job(s)")
         return {**result, "dry_run": True}
     answers: JobResults = {}
     if acting:
@@ -557,7 +643,8 @@ def control(run: Run, name: str, verb: Verb, p: _JobTarget, call: Callable[[Sequ
     changed = counts.get(_DONE[verb], 0)
     missed = sum(1 for t in acting if jobs[t.ref.text]["outcome"] != _DONE[verb])
     done = [t for t in acting if jobs[t.ref.text]["outcome"] == _DONE[verb]]
-    run.after = {"acted": changed, "acted_by_user": _owners(done), "counts": counts, "jobs": outcomes}
+    run.after = {"acted": sum(count[t.ref.text] for t in done),
+                 "acted_by_user": _owners((t, count[t.ref.text]) for t in done), "counts": counts, "jobs": outcomes}
     if missed and changed:
         run.partial = f"{verb}: {changed} job(s) {_DONE[verb]}, {missed} not ({_fold_counts(counts)})"
     elif missed:
