@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint bench dist cluster-up cluster-down clean
+.PHONY: venv run test lint bench dist cluster-up cluster-down clean slurm-releases
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || (apt-get update -qq && apt-get install -y -q python3 python3-venv)
@@ -34,6 +34,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/test.sh
+
+# Slurm 23.11, 24.11, 25.11 and 26.05 built from SchedMD's archives in ../shared/slurm/ into
+# /opt/slurm-<series> (checksums first; a second run does nothing): `make test` then runs the
+# release suites live on each. `make slurm-releases SERIES=26.05` builds one.
+slurm-releases:
+	bash scripts/slurm-releases.sh $(SERIES)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -473,7 +473,9 @@ class CliSlurmClient:
         return [s for s in steps if s.job_id in wanted]
 
     def partitions(self) -> list[Partition]:
-        if self._modern():
+        # 23.11-25.11's JSON (v0.0.40-44) does not say which partition is the default or hidden;
+        # their text form does (one RPC either way).
+        if self._modern() and ad.json_marks_default(self.json_forms().data_parser):
             return ad.parse_partitions_json(self._json(["scontrol", "show", "partition", self._json_flag()]))
         return ad.parse_partitions_text(self.runner.run(["scontrol", "-o", "show", "partition"]).stdout)
 

@@ -85,7 +85,7 @@ from slurmtower.slurm.adapters.nodes import (
     parse_sinfo_reasons_text,
     parse_sinfo_text,
 )
-from slurmtower.slurm.adapters.partitions import parse_partitions_json, parse_partitions_text
+from slurmtower.slurm.adapters.partitions import json_marks_default, parse_partitions_json, parse_partitions_text
 from slurmtower.slurm.adapters.reservations import parse_reservations_json, parse_reservations_text
 from slurmtower.slurm.adapters.stats import parse_ping_json, parse_sdiag_json, parse_sdiag_text
 from slurmtower.slurm.adapters.triggers import parse_triggers_text
@@ -107,6 +107,7 @@ __all__ = [
     "envelope_messages",
     "error_from_rest_response",
     "format_version",
+    "json_marks_default",
     "newest_known",
     "parse_associations_json",
     "parse_associations_text",

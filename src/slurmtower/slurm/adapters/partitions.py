@@ -11,8 +11,9 @@ v0.0.38 -> v0.0.40    22.05's flat keys (``max_time_limit``, ``"min nodes per jo
                       ``defaults``, ``partition.state`` ...). 22.05's ``flags``
                       (``["default", "hidden"]``) are kept, upper-cased, as v0.0.45 spells them.
 v0.0.40 -> v0.0.44    no partition flags at all: the JSON of 23.11-25.11 does not say which
-                      partition is the default (``is_default``/``hidden`` are ``None``);
-                      ``topology`` added.
+                      partition is the default (``is_default``/``hidden`` are ``None``): the
+                      CLI backend reads the text form there (:func:`json_marks_default`), the
+                      REST backend has none; ``topology`` added.
 v0.0.44 -> v0.0.45    ``flags`` is back (``["DEFAULT"]`` on the default partition, ``[]``
                       elsewhere; read). ``cpus.task_binding`` went from an int to a list of
                       CPU_BIND flags, ``select_type`` from ``[]`` to ``["NONE"]`` (new
@@ -28,6 +29,7 @@ read). ``Default=YES``/``Hidden=`` give ``is_default``/``hidden`` in every relea
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +40,15 @@ from slurmtower.slurm.adapters._json import upgraded
 from slurmtower.slurm.adapters._text import as_duration, as_int, as_limit, field, scontrol_records
 from slurmtower.slurm.adapters._values import minutes, number, split_list, text_or_none
 
-__all__ = ["parse_partitions_json", "parse_partitions_text"]
+__all__ = ["json_marks_default", "parse_partitions_json", "parse_partitions_text"]
+
+
+def json_marks_default(data_parser: str | None) -> bool:
+    """Whether partition JSON in ``data_parser`` (e.g. ``data_parser/v0.0.40``) says which
+    partition is the default: v0.0.38/39 (``flags``) and v0.0.45+ do, v0.0.40-44 (23.11-25.11)
+    do not, so a reader with a text form at hand reads that instead (it says, in every release)."""
+    found = re.search(r"v0\.0\.(\d+)", data_parser or "")
+    return found is None or not 40 <= int(found[1]) <= 44
 
 # ----------------------------------------------------------------------------- release steps
 
