@@ -296,7 +296,9 @@ def test_every_job_action_counts(http: Http, settings: Settings, jobs: list[int]
         assert refused.status_code == 409 and "of 3 job(s)" in refused.json()["detail"], (name, refused.text)
     assert all(state(j) == "PENDING JobHeldUser" for j in held)
     assert "TimeLimit=00:05:00" not in sh("scontrol", "show", "job", str(held[0]))
-    run = [running("root", jobs) for _ in range(3)]
+    run = [submit("root", "-J", "st-jobctl", "--wrap", "sleep 300") for _ in range(3)]  # started together
+    jobs.extend(run)
+    wait_for(lambda: all(state(j).startswith("RUNNING") for j in run), 30, what="three jobs running")
     sh("scontrol", "suspend", ",".join(map(str, run)))
     resumed = http.post("/actions/slurm.job.resume", json={"jobids": run}, headers=auth("operator"))
     assert resumed.status_code == 409 and resumed.json()["breaker"]["action"] == "slurm.job.resume", resumed.text
