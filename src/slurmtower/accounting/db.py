@@ -60,7 +60,8 @@ from slurmtower.models.accounting import (
 from slurmtower.settings import AccountingSettings, Settings
 from slurmtower.visibility import Visibility
 
-__all__ = ["FIND_JOBS_CRITERIA", "AccountingDB", "decode_wait_status", "parse_tres", "sluid_text"]
+__all__ = ["FIND_JOBS_CRITERIA", "SLUID_MIN", "AccountingDB", "decode_wait_status", "parse_tres", "run_sluid",
+           "sluid_text"]
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,23 @@ def sluid_text(value: int | str | None) -> str | None:
         return None
     number = int(value)
     return "s" + "".join(_CROCKFORD[(number >> (5 * i)) & 0x1F] for i in range(12, -1, -1))
+
+
+#: The smallest sluid: slurmdbd's own cluster bits (``sluid_init(0x001, 0)``: 1 << 52). A job
+#: index that large is a sluid; slurmdbd's auto-increment indexes never come near it.
+SLUID_MIN = 1 << 52
+
+
+def run_sluid(sluid: int | str | None, job_db_inx: int | None) -> str | None:
+    """The sluid of one run of a job as ``sacct -o SLUID`` prints it: 26.05+'s ``sluid``
+    column; on 24.11-25.11 (no such column) the job index itself, which slurmctld has made a
+    sluid since 24.11 (``job_record_set_sluid``) and sacct prints as one; None before (23.11's
+    indexes count up from 1 and its sacct has no SLUID)."""
+    if sluid is not None:
+        return sluid_text(sluid)
+    if job_db_inx is not None and int(job_db_inx) >= SLUID_MIN:
+        return sluid_text(job_db_inx)
+    return None
 
 
 class AccountingDB:
@@ -503,7 +521,7 @@ class AccountingDB:
                     end_time=_time(r.time_end),
                     work_dir=r.work_dir or None,
                     submit_line=r.submit_line or None,
-                    sluid=sluid_text(r._mapping.get("sluid")),
+                    sluid=run_sluid(r._mapping.get("sluid"), r.job_db_inx),
                 )
             )
         return out
