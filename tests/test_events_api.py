@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,14 +14,19 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from slurmtower.api import create_app
+from slurmtower.api.routes import events as events_routes
 from slurmtower.devcluster import DevCluster
 from slurmtower.events.callback import sign_request
-from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED
+from slurmtower.events.feed import MAX_PENDING_EVENTS
+from slurmtower.events.store import EventStore
+from slurmtower.models.event import NODE_STATE, SECURITY, SENSOR_TRIGGERED, Event
 from slurmtower.settings import load_settings
 
 from .api_server import running
+from .conftest import wait_for
 from .sensor_helpers import SensorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
@@ -44,15 +51,21 @@ def http(sensor: SensorProcess) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def api(devcluster: DevCluster, sensor: SensorProcess) -> Iterator[httpx.Client]:
-    """The API (``slurmtower serve``'s app) on the sensor's store, its own sensor not run."""
+def api_app(devcluster: DevCluster, sensor: SensorProcess) -> FastAPI:
+    """``slurmtower serve``'s app on the sensor's store, its own sensor not run."""
     entry = {"name": "tester", "role": "reader", "sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}
     settings = load_settings(devcluster.tower_conf, environ={"SLURMTOWER_AUTH__TOKENS": json.dumps([entry])})
     settings.state_dir = sensor.state_dir
     settings.events.sensor_enabled = False
     settings.archiver.archive_usage_load = False
     settings.api.refresh_in_subprocess = False
-    with running(create_app(settings)) as client:
+    return create_app(settings)
+
+
+@pytest.fixture(scope="module")
+def api(api_app: FastAPI) -> Iterator[httpx.Client]:
+    """The API (:func:`api_app`) on a real loopback server."""
+    with running(api_app) as client:
         yield client
 
 
@@ -371,3 +384,70 @@ def test_the_store_file_is_created_readable_by_its_owner_only(tmp_path) -> None:
         path = tmp_path / "new" / name
         if path.exists():
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, name
+
+
+FLOOD = "test.stream.flood"
+
+
+def test_a_stream_client_that_does_not_read_is_cut_off_and_a_reader_is_not(
+        sensor: SensorProcess, api_app: FastAPI, api: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends its request and never reads, beside one that reads everything, while
+    3,000 events of 8 KiB are recorded (24 MB: more than the connection's buffers hold; three
+    times the events a subscription may hold): the server never holds more than
+    MAX_PENDING_EVENTS events for either, cuts the stalled one off once a write has waited
+    STREAM_SEND_TIMEOUT (its connection ends: end of file once what was sent is read), and the
+    reader gets every event, in order, and stays subscribed. Last in the module: the flood is
+    in the store the other tests read."""
+    monkeypatch.setattr(events_routes, "STREAM_SEND_TIMEOUT", 2.0)
+    feed = api_app.state.services.event_feed
+    store = EventStore(sensor.store_url)
+    base = store.last_id() or 0
+
+    def flood(first: int, count: int) -> None:
+        store.append([Event(type=FLOOD, time=datetime.now(UTC), source="test", payload={"n": i, "pad": "x" * 8192})
+                      for i in range(first, first + count)])
+
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect((api.base_url.host, api.base_url.port))
+    stalled.sendall(f"GET /events/stream?type={FLOOD} HTTP/1.1\r\nHost: tower\r\nAuthorization: Bearer "
+                    f"{TOKEN}\r\n\r\n".encode())
+    got: list[int] = []
+
+    def read() -> None:
+        with api.stream("GET", "/events/stream", params={"type": FLOOD}, headers=AUTH,
+                        timeout=httpx.Timeout(10, read=60)) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("id: "):
+                    got.append(int(line[4:]))
+                    if len(got) == 3001:  # the last one, sent after the cut
+                        return
+
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        reader.start()
+        wait_for(lambda: feed.subscribers == 2, 10, 0.05, what="both clients subscribed")
+        held: list[int] = []
+        for n in range(6):
+            flood(n * 500, 500)
+            for _ in range(10):  # what the subscriptions hold while the feed hands the events out
+                held += [sub.pending for sub in feed.subscriptions]
+                time.sleep(0.02)
+        assert held and max(held) <= MAX_PENDING_EVENTS, max(held)
+        wait_for(lambda: len(got) == 3000, 60, 0.1, what="the reader's 3,000 events")
+        t0 = time.monotonic()
+        wait_for(lambda: feed.subscribers == 1, 2.0 + 10, 0.05, what="the stalled client cut off")
+        assert time.monotonic() - t0 < 2.0 + 10
+        # the reader, still subscribed, gets what comes next
+        flood(3000, 1)
+        reader.join(30)
+        assert not reader.is_alive() and len(got) == 3001, len(got)
+        assert got == sorted(got) and len(set(got)) == 3001 and got[0] > base
+        # the stalled client's connection ends once it reads what was sent before the cut
+        stalled.settimeout(10)
+        while stalled.recv(1 << 16):
+            pass
+    finally:
+        store.close()
+        stalled.close()
+        reader.join(40)

@@ -11,9 +11,12 @@ reads what is new once, and hands the batch to every subscriber.
   also reads every ``poll`` seconds in case a notification was lost with its connection.
 * On **SQLite** (one host) it reads every ``poll`` seconds (an indexed ``id >`` query).
 
-A subscriber that falls behind (its queue full) is marked ``lost`` and reads the gap from
-the store itself; resuming with ``Last-Event-ID`` works the same on every process, since
-ids come from the one store.
+A subscriber holds at most :data:`MAX_PENDING_EVENTS` events not yet sent to its client: one
+that falls further behind (a slow client, a burst of events) is marked ``lost``, its queue is
+emptied, and it reads the gap from the store itself, at its client's pace, one store batch at
+a time. Nothing is kept for a lost subscriber, so a client that does not read costs a bounded
+amount of memory (and the stream cuts it off: :mod:`slurmtower.api.routes.events`). Resuming
+with ``Last-Event-ID`` works the same on every process, since ids come from the one store.
 """
 
 from __future__ import annotations
@@ -28,20 +31,65 @@ from typing import Any
 from slurmtower.events.store import EventStore, notify_channel
 from slurmtower.models.event import Event
 
-__all__ = ["EventFeed", "Subscription"]
+__all__ = ["MAX_PENDING_EVENTS", "EventFeed", "Subscription"]
 
 log = logging.getLogger(__name__)
 
 _BATCH = 500
+#: The most events a subscription holds for its client (two of the store's reads): past it,
+#: the client reads the gap from the store instead.
+MAX_PENDING_EVENTS = 1000
+
+
+class _Batches(asyncio.Queue[list[Event]]):
+    """A queue of event batches that counts the events it holds (:attr:`events`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    # asyncio.Queue's hooks for what is stored: every put and get goes through them.
+    def _put(self, item: list[Event]) -> None:
+        self.events += len(item)
+        super()._put(item)
+
+    def _get(self) -> list[Event]:
+        item: list[Event] = super()._get()
+        self.events -= len(item)
+        return item
 
 
 @dataclass(eq=False)
 class Subscription:
-    """One client's queue of event batches."""
+    """One client's queue of event batches, at most ``max_events`` events (:meth:`offer`)."""
 
-    queue: asyncio.Queue[list[Event]] = field(default_factory=lambda: asyncio.Queue(maxsize=256))
+    queue: _Batches = field(default_factory=_Batches)
     lost: bool = False
-    """Batches were dropped (the client was too slow): read the gap from the store."""
+    """Events were dropped (the client was too slow): read the gap from the store."""
+    max_events: int = MAX_PENDING_EVENTS
+
+    @property
+    def pending(self) -> int:
+        """Events held for the client."""
+        return self.queue.events
+
+    def offer(self, batch: list[Event]) -> None:
+        """Queue ``batch`` for the client; past ``max_events`` (or while the gap is still
+        to be read) drop everything held instead, mark the subscription ``lost`` and wake its
+        reader with an empty batch."""
+        if self.lost:
+            return  # the reader takes these from the store with the rest of the gap
+        if self.queue.events + len(batch) > self.max_events:
+            self.lose()
+            return
+        self.queue.put_nowait(batch)
+
+    def lose(self) -> None:
+        """Drop what is held; the reader reads the gap from the store."""
+        self.lost = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait([])
 
 
 class EventFeed:
@@ -74,6 +122,11 @@ class EventFeed:
     def subscribers(self) -> int:
         return len(self._subs)
 
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """The current subscriptions (a copy: safe to read from another thread)."""
+        return tuple(self._subs)
+
     # -- one round (a background task of every process) ----------------------------------
 
     async def round(self) -> float:
@@ -89,18 +142,11 @@ class EventFeed:
             # position this round starts at, so nothing falls in between.
             self.position = await asyncio.to_thread(lambda: self.store.last_id() or 0)
             for sub in list(self._subs):
-                sub.lost = True
-                try:
-                    sub.queue.put_nowait([])
-                except asyncio.QueueFull:
-                    pass
+                sub.lose()
         batches = await asyncio.to_thread(self._wait_and_read)
         for batch in batches:
             for sub in list(self._subs):
-                try:
-                    sub.queue.put_nowait(batch)
-                except asyncio.QueueFull:
-                    sub.lost = True
+                sub.offer(batch)
         return 0.0
 
     def _wait_and_read(self) -> list[list[Event]]:

@@ -17,12 +17,13 @@ import json
 import logging
 import time
 import uuid as uuid_mod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Message, Send
 
 from slurmtower.api.callback import receive_callback
 from slurmtower.api.deps import ServicesDep, cluster_of
@@ -50,6 +51,10 @@ STREAM_HEARTBEAT_SECONDS = 15.0
 STREAM_BATCH = 500
 #: Seconds between two checks that a stream's credential still holds (also before each batch sent).
 STREAM_RECHECK_SECONDS = 1.0
+#: Seconds a write to a stream's client may wait for the client to take it (its connection's
+#: buffers full) before the stream is cut off: a client that stops reading is dropped, not
+#: buffered for (its subscription meanwhile holds at most feed.MAX_PENDING_EVENTS events).
+STREAM_SEND_TIMEOUT = 30.0
 MAX_PAGE = 1000
 
 
@@ -182,6 +187,41 @@ def _ended(reason: str) -> bytes:
     return f"event: slurmtower.stream.ended\ndata: {json.dumps({'reason': reason})}\n\n".encode()
 
 
+class EventStreamResponse(StreamingResponse):
+    """The stream's answer, whose every write the client must take within
+    :data:`STREAM_SEND_TIMEOUT` seconds. A client that takes nothing for that long is cut
+    off: the response ends there, unfinished (no last chunk), and the server closes the
+    connection; logged. An EventSource reconnects with ``Last-Event-ID`` and catches up from
+    the store."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None], *, client: str) -> None:
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.events = events
+        self.client = client
+
+    async def stream_response(self, send: Send) -> None:
+        async def sent(message: Message) -> bool:
+            try:
+                await asyncio.wait_for(send(message), STREAM_SEND_TIMEOUT)
+            except TimeoutError:
+                log.warning("event stream to %s cut off: it took nothing for %.0f s", self.client,
+                            STREAM_SEND_TIMEOUT)
+                return False
+            return True
+
+        try:
+            if not await sent({"type": "http.response.start", "status": self.status_code,
+                               "headers": self.raw_headers}):
+                return
+            async for chunk in self.events:
+                if not await sent({"type": "http.response.body", "body": chunk, "more_body": True}):
+                    return
+            await sent({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self.events.aclose()  # its subscription ends now, not when collected
+
+
 @router.get("/events/stream", dependencies=[require(Perm.READ)], responses=problems(400, *READ_PROBLEMS))
 async def stream_events(
     request: Request,
@@ -234,7 +274,7 @@ async def stream_events(
                 chunks.append(_sse(sent))
         return position, chunks, len(events) == STREAM_BATCH
 
-    async def polled(position: int) -> AsyncIterator[bytes]:
+    async def polled(position: int) -> AsyncGenerator[bytes, None]:
         # No feed in this process (an app without its lifespan): read the store each poll.
         loop = asyncio.get_running_loop()
         last_beat = loop.time()
@@ -256,7 +296,7 @@ async def stream_events(
                 yield b": keep-alive\n\n"
             await asyncio.sleep(STREAM_POLL_SECONDS)
 
-    async def fed(position: int, feed: EventFeed, sub: Subscription) -> AsyncIterator[bytes]:
+    async def fed(position: int, feed: EventFeed, sub: Subscription) -> AsyncGenerator[bytes, None]:
         # Subscribed before catching up, so nothing falls between the two; ids dedupe.
         try:
             yield b"retry: 2000\n\n"
@@ -310,11 +350,7 @@ async def stream_events(
         body = fed(cursor, feed, feed.subscribe())
     else:
         body = polled(cursor)
-    return StreamingResponse(
-        body,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return EventStreamResponse(body, client=request.client.host if request.client else "unknown")
 
 
 # -- the trigger callback -----------------------------------------------------------------
