@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +66,9 @@ def find_slurm_installs(environ: dict[str, str] | None = None) -> list[SlurmInst
 
 def release_cluster_layout(install: SlurmInstall) -> tuple[Path, str, int]:
     """Dir, cluster name and port base of the devcluster of one install, clear of the default
-    cluster (26800-26904), the scale lab (14000-15100) and each other (16000-19999)."""
-    slot = zlib.crc32(str(install.prefix).encode()) % 20
+    cluster (26800-26904), the scale lab (14000-15100) and each other (16000-19999): one slot
+    of 200 ports per release series (two a year, ten years before they wrap), so installs of
+    different series never share a port (a hash of the prefix put 23.11 and 25.11 on one)."""
+    major, minor = [int(x) for x in [*install.version.split("."), "0"][:2]]
+    slot = ((major - 20) * 2 + (1 if minor > 6 else 0)) % 20
     return (Path(f"/var/lib/slurmtower/release-{install.tag}"), f"r{install.tag}", 16000 + 200 * slot)
