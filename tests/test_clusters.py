@@ -279,7 +279,7 @@ def test_a_drain_on_one_clusters_n1_leaves_the_others_alone_and_is_recorded_with
     with _as(tower, tokens["admin"]) as admin:
         r = admin.post(f"/clusters/{name}/actions/slurm.node.drain", json={"nodes": "n1", "reason": "mc drain"})
         assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
-        execution = admin.get(f"/executions/{r.json()['execution_id']}").json()
+        execution = admin.get(f"/clusters/{name}/executions/{r.json()['execution_id']}").json()
         assert r.json()["cluster"] == execution["cluster"] == name
         try:
             assert "drain" in _states(second)["n1"] and "drain" not in _states(devcluster)["n1"]
