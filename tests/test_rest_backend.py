@@ -1,6 +1,6 @@
 """The slurmrestd backend against the devcluster's real slurmrestd (22.05: API v0.0.36-38;
-23.11: v0.0.38-40; 24.11: v0.0.40-42; 26.05: v0.0.42 (deprecated) to v0.0.45), what it can do
-there read from its OpenAPI document."""
+23.11: v0.0.38-40; 24.11: v0.0.40-42; 25.11: v0.0.41-44; 26.05: v0.0.42 (deprecated) to
+v0.0.45), what it can do there read from its OpenAPI document."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def rest(devcluster: DevCluster) -> RestSlurmClient:
 OFFERS = {(22, 5): (("v0.0.36", "v0.0.37", "v0.0.38"), False, False),
           (23, 11): (("v0.0.38", "v0.0.39", "v0.0.40"), True, False),
           (24, 11): (("v0.0.40", "v0.0.41", "v0.0.42"), True, False),
+          (25, 11): (("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44"), True, False),
           (26, 5): (("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), True, True)}
 
 

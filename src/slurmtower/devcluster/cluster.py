@@ -8,10 +8,11 @@ It records which daemons it started, and :meth:`DevCluster.down` stops only thos
 
 On a prefix install (``--slurm-prefix``) the daemons and commands are the prefix's (``sbin/``,
 ``bin/``); only munge and MariaDB come from Debian. What newer releases need on one host is
-written in: ``cgroup.conf`` with ``CgroupPlugin=disabled``, no ``NodeHostname`` (24.11+ refuses
-four nodes on one host name), no ``SwitchType`` (gone in 24.11), and the job credential signed
-without munge (``cred/none``) where the build has it, since munge rejects a credential replayed
-to the second slurmd of one host unless Slurm was built with ``--enable-multiple-slurmd``.
+written in: ``cgroup.conf`` with ``CgroupPlugin=disabled`` (24.05+; 23.11's ``autodetect``),
+no ``NodeHostname`` (24.11+ refuses four nodes on one host name), no ``SwitchType`` (gone in
+24.11), and the job credential signed without munge (``cred/none``) where the build has it,
+since munge rejects a credential replayed to the second slurmd of one host unless Slurm was
+built with ``--enable-multiple-slurmd``.
 
 The scale lab is the same cluster with ``nodes=N`` (4-5,000) node definitions: n1-n4 keep
 their slurmd and run jobs, n5-nN have none (Slurm shows them ``down*``, "Not responding",
@@ -21,10 +22,12 @@ a queue of 100,000+ jobs. The count is kept in ``etc/devcluster.json``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -227,6 +230,17 @@ class DevCluster:
         if missing:
             raise DevClusterError(f"--slurm-prefix {self.slurm_prefix} is not a Slurm install: "
                                   f"no {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+
+    def _release(self) -> tuple[int, int]:
+        """The prefix's Slurm release as (year, month), e.g. (26, 5); Debian's: (22, 5)."""
+        if self.slurm_prefix is None:
+            return (22, 5)
+        out = subprocess.run([self.sbin("slurmctld"), "-V"], capture_output=True, text=True, timeout=20,
+                             check=False).stdout
+        found = re.match(r"slurm (\d+)\.(\d+)", out.strip())
+        if found is None:
+            raise DevClusterError(f"{self.sbin('slurmctld')} -V printed no release: {out.strip()[:80]!r}")
+        return int(found[1]), int(found[2])
 
     def _plugin(self, name: str) -> bool:
         """The prefix's Slurm has plugin ``name`` (e.g. ``cred_none``)."""
@@ -868,8 +882,12 @@ StorageLoc={self.db_name}
         if self.debian_slurm:
             cgroup.unlink(missing_ok=True)
         else:
-            # 24.11+ slurmd always loads the cgroup plugin (default autodetect): not here.
-            cgroup.write_text("# Written by slurmtower devcluster\nCgroupPlugin=disabled\n")
+            # slurmd always loads the cgroup plugin (default autodetect). 24.05+ can turn it off
+            # ("disabled"); 23.11 knows no such value ("cannot find cgroup plugin for disabled":
+            # slurmd exits), so there it autodetects (this host's v1 hierarchies or v2), which
+            # the jobs here never use (proctrack/linuxproc, task/none).
+            plugin = "disabled" if self._release() >= (24, 5) else "autodetect"
+            cgroup.write_text(f"# Written by slurmtower devcluster\nCgroupPlugin={plugin}\n")
             os.chmod(cgroup, 0o644)
         dbd = self.etc / "slurmdbd.conf"
         dbd.write_text(dbd_conf)
@@ -1139,7 +1157,8 @@ serve_index = true
             except OSError:
                 continue
             if all(w in cmdline for w in wanted):
-                (self.run_dir / "slurmrestd.pid").write_text(f"{entry.name}\n")
+                with contextlib.suppress(OSError):  # a cluster that never started has no run dir
+                    (self.run_dir / "slurmrestd.pid").write_text(f"{entry.name}\n")
                 return int(entry.name)
         return None
 
