@@ -40,7 +40,9 @@ def _can_run_cluster() -> bool:
 
 #: A run of the release suites (``-m release``) on the Slurm installed under this prefix, set by
 #: scripts/test.sh for each install ``slurmtower devcluster installs`` lists; unset: Debian's 22.05.
-RELEASE_PREFIX = os.environ.get("SLURMTOWER_TEST_SLURM_PREFIX") or None
+# Taken out of the environment: slurmtower refuses unknown SLURMTOWER_ variables, and the CLI
+# and servers the tests start inherit it.
+RELEASE_PREFIX = os.environ.pop("SLURMTOWER_TEST_SLURM_PREFIX", None) or None
 
 
 def release_devcluster(prefix: str | Path) -> DevCluster:

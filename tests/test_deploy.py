@@ -24,6 +24,8 @@ from slurmtower.devcluster import DevCluster
 from slurmtower.models.version import SlurmVersion
 from slurmtower.settings import Settings, load_settings
 
+pytestmark = pytest.mark.release  # run again on every Slurm install (scripts/test.sh)
+
 SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
 EXAMPLES = Path(__file__).parent.parent / "examples" / "systemd"
 
@@ -42,6 +44,11 @@ def mariadb(sql: str) -> None:
 def lines_of(out: str) -> dict[str, str]:
     """doctor's output, ``{check: its line}``."""
     return {m[2]: m[0] for m in re.finditer(r"^(ok  |WARN|FAIL|skip) ([a-z-]+): .*$", out, re.M)}
+
+
+#: doctor's slurm-release status on each release the suites run on (deploy/releases.py's
+#: advisories: fixes in 25.05.9 and 25.11.8 only): the older series warn, 25.11.7 fails.
+RELEASE_VERDICTS = {"22.05": "WARN", "23.11": "WARN", "24.11": "WARN", "25.11": "FAIL", "26.05": "ok  "}
 
 
 @pytest.fixture()
@@ -156,16 +163,23 @@ def test_init_then_doctor_passes_on_the_local_cluster(devcluster: DevCluster, op
         mariadb((etc / "accounting-grant.sql").read_text())
         env = {"SLURMTOWER_STATE_DIR": str(open_dir / "state")}
         api = run("doctor", "-c", str(etc / "slurmtower.toml"), env=env)
-        assert api.returncode == 0, api.stdout + api.stderr
         checks = lines_of(api.stdout)
         assert list(checks) == ["slurm-commands", "munge", "slurmctld", "slurm-release", "operator",
                                 "accounting-db", "sensor-triggers", "notify-program", "store", "clock", "tls-proxy"]
         assert checks["accounting-db"].startswith(f"ok   accounting-db: {db_user}@")
-        assert checks["slurm-release"].startswith("WARN")  # 22.05: older than the advisories' fixes
+        release = subprocess.run(["sinfo", "-V"], capture_output=True, text=True, check=True).stdout.split()[1]
+        expected = RELEASE_VERDICTS[release.rsplit(".", 1)[0]]
+        assert checks["slurm-release"].startswith(f"{expected} slurm-release: Slurm {release}"), checks
+        if release == "25.11.7":  # below the September 2026 floor: the line names the fixed release
+            assert checks["slurm-release"].endswith("-> fix: upgrade Slurm to 25.11.8 or later")
+        # doctor fails only where a check fails: here the release's, where it is below its fix
+        assert api.returncode == (1 if expected == "FAIL" else 0), api.stdout + api.stderr
+        assert [c for c, line in checks.items() if line.startswith("FAIL")] == \
+            (["slurm-release"] if expected == "FAIL" else [])
         assert checks["sensor-triggers"].startswith("skip")  # the API's config: the sensor runs apart
         sensor = run("doctor", "-c", str(etc / "sensor.toml"),
                      env={**env, "SLURMTOWER_EVENTS__KEY_FILE": str(etc / "sensor.key")})
-        assert sensor.returncode == 0, sensor.stdout + sensor.stderr
+        assert sensor.returncode == (1 if expected == "FAIL" else 0), sensor.stdout + sensor.stderr
         assert lines_of(sensor.stdout)["sensor-triggers"].startswith("ok   sensor-triggers: slurmctld takes node "
                                                                      "triggers from slurm")
         assert lines_of(sensor.stdout)["notify-program"].startswith("ok")

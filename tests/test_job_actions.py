@@ -24,7 +24,7 @@ from slurmtower.slurm import CliSlurmClient
 from .conftest import sh, submit, wait_for
 from .test_actions_api import Http
 
-pytestmark = [pytest.mark.cluster]
+pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 TOKENS = {"reader": ("reader-bot", "r-token-123"), "operator": ("operator-bot", "o-token-456"),
           "admin": ("admin-bot", "a-token-789"), "alice": ("alice", "u-token-alice"), "bob": ("bob", "u-token-bob")}

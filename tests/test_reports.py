@@ -60,6 +60,8 @@ from slurmtower.visibility import Visibility
 from tests.auth_helpers import ADMIN, OPERATOR, READER, bearer, module_app_settings
 from tests.conftest import sh, submit, wait_for
 
+pytestmark = pytest.mark.release  # run again on every Slurm install (scripts/test.sh)
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient

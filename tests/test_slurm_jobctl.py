@@ -26,6 +26,8 @@ from slurmtower.slurm.rest_jobctl import RestJobControl
 
 from .conftest import sh, submit, wait_for
 
+pytestmark = pytest.mark.release  # run again on every Slurm install (scripts/test.sh)
+
 NAME = "st-jobctl"
 UNKNOWN = "9999999"
 

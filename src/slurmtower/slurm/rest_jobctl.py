@@ -44,8 +44,22 @@ from slurmtower.slurm.rest_backend import RestSlurmClient
 __all__ = ["RestJobControl"]
 
 
+def _status_errors(doc: Any) -> list[str]:
+    """The messages of a per-job ``status`` list's failed entries: 25.11's ``DELETE job/{id}``
+    (v0.0.44) answers an unknown job with 200, no ``errors``, and ``status: [{"error":
+    {"string": "Invalid job id specified", "code": 2017}}]``."""
+    entries = doc.get("status") if isinstance(doc, dict) else None
+    texts = []
+    for entry in entries if isinstance(entries, list) else []:
+        error = entry.get("error") if isinstance(entry, dict) else None
+        if isinstance(error, dict) and (error.get("code") or error.get("string") or error.get("message")):
+            texts.append(str(error.get("message") or error.get("string") or error.get("code")))
+    return texts
+
+
 def _error_text(doc: Any, fallback: str) -> str | None:
-    """Slurm's message in a slurmrestd answer's ``errors`` (``None``: none)."""
+    """Slurm's message in a slurmrestd answer's ``errors`` or failed ``status`` entries
+    (``None``: none)."""
     errors = doc.get("errors") if isinstance(doc, dict) else None
     texts = []
     for e in errors or []:
@@ -53,6 +67,7 @@ def _error_text(doc: Any, fallback: str) -> str | None:
             texts.append(str(e.get("error") or e.get("description") or e))
         else:
             texts.append(str(e))
+    texts += _status_errors(doc)
     return "; ".join(dict.fromkeys(texts)) if texts else (fallback or None)
 
 
@@ -105,9 +120,10 @@ class RestJobControl:
         for ref in _unique(refs):
             status, doc = self._call(method, f"job/{quote(ref.text, safe='')}{suffix}", kind=kind,
                                      params=params, body=body)
-            # 22.05 answers a refused update with 200 and its errors; newer releases with 4xx/5xx.
+            # 22.05 answers a refused update with 200 and its errors, 25.11 a refused cancel with
+            # 200 and a failed status entry; the others with 4xx/5xx.
             results[ref.text] = _error_text(doc, f"HTTP {status}") if status >= 400 or \
-                (isinstance(doc, dict) and doc.get("errors")) else None
+                (isinstance(doc, dict) and doc.get("errors")) or _status_errors(doc) else None
         if results and all(m is not None for m in results.values()) and not self.rest.ping():
             raise SlurmUnavailable(f"slurmctld is not responding (slurmrestd: {next(iter(results.values()))})")
         return results
