@@ -28,7 +28,7 @@ import pytest
 
 from slurmtower.actions import Catalogue
 from slurmtower.api import create_app
-from slurmtower.devcluster import DevCluster, find_slurm_installs, release_cluster_layout
+from slurmtower.devcluster import DevCluster, find_slurm_installs
 from slurmtower.devcluster.several import write_clusters_config
 from slurmtower.errors import ConfigError
 from slurmtower.principal import ACTION_PERM, Perm, hash_token
@@ -47,6 +47,7 @@ N = int(WORKER.removeprefix("gw") or 0)
 #: The second cluster's ports: clear of the workers' devclusters (26800 + 200 x N), the
 #: scale labs and the release clusters.
 SECOND_PORT_BASE = 28600 + 200 * N
+NEWER_PORT_BASE = 29200 + 200 * N  # clear of the second clusters' (28600, 28800)
 #: The tower's JWT settings (a site's identity provider, here a key of the test's own).
 JWT_KEY = "clusters-test-" + "k" * 32
 JWT_ISSUER = "https://idp.example"
@@ -669,9 +670,11 @@ NEWER = find_slurm_installs()
                                       "$SLURMTOWER_TEST_SLURM_PREFIXES): both clusters run 22.05")
 def test_a_cluster_of_a_newer_release_beside_the_default_one(devcluster: DevCluster, tokens: dict[str, str]) -> None:
     install = NEWER[-1]
-    root, name, port_base = release_cluster_layout(install)
-    newer = DevCluster(root=root, cluster_name=name, port_base=port_base, slurm_prefix=install.prefix,
-                       log=lambda _m: None)
+    # A cluster of its own on that release (not the release suites': scripts/test.sh runs them
+    # meanwhile, and this tower's sensor would arm triggers on it).
+    name = f"newer{N or ''}"
+    newer = DevCluster(root=Path(f"/var/lib/slurmtower/newer-{WORKER or 'gw0'}"), cluster_name=name,
+                       port_base=NEWER_PORT_BASE, slurm_prefix=install.prefix, log=lambda _m: None)
     was_up = newer.is_up()
     newer.up()
     state = cluster_state_dir(devcluster, "clusters-newer")
