@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from slurmtower.api import create_app
 from slurmtower.principal import SESSION_COOKIE, hash_token
@@ -233,31 +233,45 @@ def test_the_service_records_each_use_of_a_session_to_the_second(quiet: Settings
 # -- one read of the store for the requests that arrive together ----------------------------
 
 
-def test_requests_wait_for_a_read_started_after_they_arrived_and_share_it(store_engine: Any) -> None:
-    """While one read of the store is in flight, a token is revoked and 50 requests arrive:
-    they all see the revocation (their read started after they arrived), and they share one
-    read: two reads in all, not 51."""
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_requests_wait_for_a_read_started_after_they_arrived_and_share_it(
+        request: pytest.FixtureRequest, quiet: Settings, backend: str) -> None:
+    """While one read of the store is in flight, a token is revoked (another connection) and
+    50 requests arrive: they all see the revocation (their read started after they arrived),
+    and they share one read: two reads in all, not 51. On PostgreSQL the reads go over a
+    connection kept for them, opened again once when the server drops it."""
     from slurmtower.api.security import _StoreWord
+    from slurmtower.store.tokens import CredentialReader
 
-    ledger = TokenLedger(store_engine)
-    sessions = SessionStore(store_engine, idle=60, lifetime=600)
+    url = request.getfixturevalue("pg_store") if backend == "postgresql" else quiet.effective_store_url()
+    engine = make_store_engine(url)
+    check_or_create(engine)
+    sessions = SessionStore(engine, idle=60, lifetime=600)
     sid = sessions.create(name="rita", role="reader", via="token")
-    other = TokenLedger.open(str(store_engine.url))
+    other = TokenLedger.open(url)
+    reader = CredentialReader(engine)
 
-    async def scenario() -> tuple[int, list[Any], Any]:
-        word = _StoreWord(ledger, sessions)
+    async def scenario() -> tuple[_StoreWord, list[Any]]:
+        word = _StoreWord(TokenLedger(engine), sessions, reader)
         first = asyncio.ensure_future(word.word())
         while word.reads == 0:
             await asyncio.sleep(0)  # the first read is in flight (in its thread)
         other.revoke(hash_token(OPERATOR), "otto", time.time())
         rest = [asyncio.ensure_future(word.word(digest(sid) if i % 2 else None)) for i in range(50)]
-        seen_first = await first
-        return word.reads, await asyncio.gather(*rest), seen_first
+        await first
+        return word, await asyncio.gather(*rest)
 
     try:
-        reads, words, _ = asyncio.run(scenario())
+        word, words = asyncio.run(scenario())
+        assert word.reads == 2
+        assert all(hash_token(OPERATOR) in w.revoked for w in words)
+        assert all(digest(sid) in w.sessions for w in words)  # each asked for the session: one query
+        if backend == "postgresql":
+            with other._engine.connect() as conn:  # noqa: SLF001 - the server drops the kept connection
+                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+                                  "pg_backend_pid() AND datname = current_database()"))
+            assert hash_token(OPERATOR) in reader.read([])[0]
     finally:
+        reader.close()
         other.close()
-    assert reads == 2
-    assert all(hash_token(OPERATOR) in w.revoked for w in words)
-    assert all(digest(sid) in w.sessions for w in words)  # each asked for the session: one query
+        engine.dispose()

@@ -100,7 +100,7 @@ from slurmtower.settings import AuthSettings, TokenEntry
 from slurmtower.store.schema import login_failures
 from slurmtower.store.sessions import SEEN_PRECISION, IdentityStoreError, SessionRow, SessionStore
 from slurmtower.store.sessions import digest as session_digest
-from slurmtower.store.tokens import TokenLedger
+from slurmtower.store.tokens import CredentialReader, TokenLedger
 
 __all__ = [
     "ANONYMOUS",
@@ -426,6 +426,10 @@ class _Word:
     """The sessions asked for, by id digest (one missing: ended or unknown)."""
     sessions_error: IdentityStoreError | None = None
     """Why the sessions could not be read (their requests get it: 503)."""
+    asked: frozenset[str] = frozenset()
+    """The session id digests the read looked up."""
+    whole: bool = True
+    """Every part was read (not the revocations of an earlier read, the store failing)."""
 
 
 class _StoreWord:
@@ -439,17 +443,27 @@ class _StoreWord:
     (``token list``'s last use), a session's when it is :data:`SEEN_PRECISION` newer than the
     store's (the idle clock).
 
+    A store with a change probe (SQLite: :meth:`TokenLedger.change_probe`) spares the read
+    when nothing was committed to the store, by any process, since the last read began: that
+    read's word is then the store's now (a sequential client would otherwise pay a thread hop
+    and a read per request).
+
     When the store does not answer, the revocations last read apply (logged); sessions, which
     only the store knows, get :class:`IdentityStoreError` (503).
     """
 
-    def __init__(self, ledger: TokenLedger | None, store: SessionStore | None) -> None:
+    def __init__(self, ledger: TokenLedger | None, store: SessionStore | None,
+                 reader: CredentialReader | None = None) -> None:
         self.ledger = ledger
         self.store = store
+        self.reader = reader
         #: The revocations of the last read that answered.
         self.revoked: frozenset[str] = frozenset()
-        #: Reads and writes made (for tests and the bench).
-        self.reads = self.writes = 0
+        #: Reads and writes made, reads spared by the change probe (for tests and the bench).
+        self.reads = self.writes = self.spared = 0
+        self._probe = ledger.change_probe() if ledger is not None else None
+        #: The last whole word read, and the probe's value before that read began.
+        self._last: tuple[int, _Word] | None = None
         self._next: asyncio.Future[_Word] | None = None
         self._keys: set[str] = set()
         self._reader: asyncio.Task[None] | None = None
@@ -457,12 +471,19 @@ class _StoreWord:
         self._queued_at: dict[str, float] = {}
         self._session_uses: dict[str, float] = {}
         self._session_seen: dict[str, float] = {}
+        self._session_written: dict[str, float] = {}
         self._writer: asyncio.Task[None] | None = None
 
     async def word(self, session: str | None = None) -> _Word:
-        """The word of a read started after this call (with the session of id digest ``session``)."""
-        if self.ledger is None and self.store is None:
+        """The store's word as of this call (with the session of id digest ``session``): of
+        the next read that starts, or of the last one when nothing was committed since it began."""
+        if self.reader is None:
             return _Word(revoked=frozenset(), sessions={})  # no store: nothing revoked, no session
+        last = self._last
+        if (last is not None and self._probe is not None and (session is None or session in last[1].asked)
+                and self._probe() == last[0]):
+            self.spared += 1
+            return last[1]  # nothing committed anywhere since that read began
         loop = asyncio.get_running_loop()
         found = self._next
         if found is None or found.get_loop() is not loop:  # (a test's app may outlive a loop)
@@ -480,6 +501,8 @@ class _StoreWord:
             waiting, keys = self._next, self._keys
             self._next, self._keys = None, set()
             self.reads += 1
+            # Taken before the read begins: equal later, nothing was committed since the read's view.
+            version = self._probe() if self._probe is not None else None
             try:
                 word = await asyncio.to_thread(self._read, keys)
             except Exception as exc:  # noqa: BLE001 - the waiting requests get it (none may hang)
@@ -488,22 +511,17 @@ class _StoreWord:
                 continue
             if not waiting.done():
                 waiting.set_result(word)
+            self._last = (version, word) if version is not None and word.whole else None
 
     def _read(self, keys: set[str]) -> _Word:
-        if self.ledger is not None:
-            try:
-                self.revoked = self.ledger.revoked()
-            except IdentityStoreError as exc:
-                log.warning("tokens: the store does not answer (%s); the last revocations read here apply",
-                            exc.message)
-        rows: dict[str, SessionRow] = {}
-        error = None
-        if keys and self.store is not None:
-            try:
-                rows = self.store.rows(keys)
-            except IdentityStoreError as exc:
-                error = exc
-        return _Word(revoked=self.revoked, sessions=rows, sessions_error=error)
+        assert self.reader is not None
+        try:
+            self.revoked, rows = self.reader.read(keys)
+        except IdentityStoreError as exc:
+            log.warning("credentials: the store does not answer (%s); the last revocations read here apply",
+                        exc.message)
+            return _Word(revoked=self.revoked, sessions={}, sessions_error=exc, asked=frozenset(keys), whole=False)
+        return _Word(revoked=self.revoked, sessions=rows, asked=frozenset(keys))
 
     def token_used(self, sha256: str, name: str, address: str, now: float) -> None:
         """Note a use of a static token (written at most once a minute per token)."""
@@ -514,9 +532,14 @@ class _StoreWord:
 
     def session_used(self, key: str, now: float, seen_at: float) -> None:
         """Note a use of the session of id digest ``key`` (the store held ``seen_at``)."""
+        # (what this process wrote lately counts too: the word may predate that write)
+        seen_at = max(seen_at, self._session_written.get(key, seen_at))
         if now - seen_at >= SEEN_PRECISION:
             self._session_uses[key] = now
             self._session_seen.setdefault(key, seen_at)
+            if len(self._session_written) > 10_000:
+                self._session_written.clear()
+            self._session_written[key] = now
             self._write_uses()
 
     def _write_uses(self) -> None:
@@ -554,7 +577,8 @@ class _AuthState:
         self.session_store = (SessionStore(store, idle=auth.session_idle_minutes * 60,
                                            lifetime=auth.session_hours * 3600)
                               if store is not None else None)
-        self.word = _StoreWord(TokenLedger(store) if store is not None else None, self.session_store)
+        self.word = _StoreWord(TokenLedger(store) if store is not None else None, self.session_store,
+                               CredentialReader(store) if store is not None else None)
         self._auth = auth
         self._entries: list[TokenEntry] | None = None
         self._table: list[tuple[bytes, Principal, float | None]] = []
@@ -656,7 +680,7 @@ async def verify_token(request: Request, token: str) -> Principal:
         raise
 
 
-async def _verify(request: Request, token: str) -> Principal:
+async def _verify(request: Request, token: str, *, use: bool = True) -> Principal:
     state = _state(request)
     table = state.tokens()
     known = state.matched.get(token)
@@ -675,7 +699,8 @@ async def _verify(request: Request, token: str) -> Principal:
         principal, expires = match
         sha256 = digest.decode()
         _token_holds(principal, sha256, expires, (await state.word.word()).revoked)
-        state.word.token_used(sha256, principal.name, client_address(request), time.time())
+        if use:
+            state.word.token_used(sha256, principal.name, client_address(request), time.time())
         return principal
     verifier = state.verifier
     if verifier.enabled and _looks_like_jwt(token):
@@ -727,7 +752,7 @@ def _token_holds(principal: Principal, sha256: str, expires: float | None, revok
         raise AuthenticationError(f"{of} is revoked{after}")
 
 
-async def _session_principal(state: _AuthState, sid: str) -> Principal:
+async def _session_principal(state: _AuthState, sid: str, *, use: bool = True) -> Principal:
     """Who the session ``sid`` is, if it and the credential it was made from still hold.
 
     Raises :class:`AuthenticationError` (an ended session, or its credential revoked, expired
@@ -760,11 +785,12 @@ async def _session_principal(state: _AuthState, sid: str) -> Principal:
         if expires is not None:
             ends.append(expires)
         _token_holds(token_principal, row.credential_sha256, expires, word.revoked, session=True)
-    state.word.session_used(key, now, row.seen_at)
+    if use:
+        state.word.session_used(key, now, row.seen_at)
     return Principal(name=name, role=role, via=row.via, expires_at=min(ends), groups=row.groups)
 
 
-async def _judge(request: Request, value: str, where: str) -> Principal:
+async def _judge(request: Request, value: str, where: str, *, use: bool = True) -> Principal:
     """The one decision on whether a credential holds now, and whose it is: a bearer token
     (static: its expiry and the store's revocations; a JWT or Slurm token: its signature,
     issuer and ``exp``; the plugin hook's) or a session (its own ends, and the credential it
@@ -773,8 +799,8 @@ async def _judge(request: Request, value: str, where: str) -> Principal:
     Raises :class:`AuthenticationError` (401) or :class:`IdentityStoreError` (503).
     """
     if where == "header":
-        return await _verify(request, value)
-    return await _session_principal(_state(request), value)
+        return await _verify(request, value, use=use)
+    return await _session_principal(_state(request), value, use=use)
 
 
 async def _authenticate(request: Request) -> Principal:
@@ -809,7 +835,8 @@ async def lapsed(request: Request) -> str | None:
         credential = _credential(request)
         if credential is None:
             return "the request carries no credential"
-        now = await _judge(request, *credential)
+        # Not a use: an open stream alone does not keep a session from going idle.
+        now = await _judge(request, *credential, use=False)
     except SlurmtowerError as exc:
         return exc.message
     if (now.name, now.role) != (admitted.name, admitted.role):

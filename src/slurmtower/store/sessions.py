@@ -33,6 +33,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, up
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtower.errors import SlurmtowerError
+from slurmtower.store.engine import READ_ONLY
 from slurmtower.store.schema import login_states, web_sessions
 
 __all__ = ["SEEN_PRECISION", "IdentityStoreError", "LoginState", "SessionRow", "SessionStore", "digest"]
@@ -51,10 +52,12 @@ class IdentityStoreError(SlurmtowerError):
 
 @contextmanager
 def guarded(engine: Engine, what: str, *, write: bool = True) -> Iterator[Connection]:
-    r"""A transaction (``write``) or a connection of ``engine`` whose database errors become
-    :class:`IdentityStoreError`\ s naming ``what`` could not be done."""
+    r"""A transaction (``write``) or a read-only connection of ``engine`` whose database errors
+    become :class:`IdentityStoreError`\ s naming ``what`` could not be done."""
     try:
-        with engine.begin() if write else engine.connect() as conn:
+        # A read takes no write lock (SQLite: a deferred BEGIN): every request's credential
+        # read would otherwise queue behind, and block, the sensor's writes.
+        with engine.begin() if write else engine.execution_options(**READ_ONLY).connect() as conn:
             yield conn
     except SQLAlchemyError as exc:
         raise IdentityStoreError(f"cannot {what}: {exc.__class__.__name__}") from exc
@@ -161,7 +164,7 @@ class SessionStore:
             return {}
         with guarded(self._engine, "read sessions", write=False) as conn:
             found = conn.execute(select(web_sessions).where(web_sessions.c.id_hash.in_(list(keys)))).mappings().all()
-        return {row["id_hash"]: _session(row, expires_at=row["expires_at"]) for row in found}
+        return {row["id_hash"]: session_row(row) for row in found}
 
     def touch(self, uses: Mapping[str, float], known: Mapping[str, float] | None = None) -> None:
         """Record uses of sessions (id digest -> when), those :data:`SEEN_PRECISION` or more
@@ -218,6 +221,11 @@ class SessionStore:
         execute(delete(web_sessions).where(web_sessions.c.seen_at <= now - self.idle))
         execute(delete(web_sessions).where(web_sessions.c.credential_expires_at <= now))
         execute(delete(login_states).where(login_states.c.created_at <= now - self.login_window))
+
+
+def session_row(row: Any) -> SessionRow:
+    """The :class:`SessionRow` of a ``web_sessions`` row (a mapping), as stored."""
+    return _session(row, expires_at=row["expires_at"])
 
 
 def _session(row: Any, *, expires_at: float) -> SessionRow:

@@ -13,17 +13,20 @@ Blocking (SQLAlchemy): call it off the event loop.
 
 from __future__ import annotations
 
+import sqlite3
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from slurmtower.store.engine import make_store_engine
+from slurmtower.store.engine import READ_ONLY, make_store_engine, sqlite_file
 from slurmtower.store.revision import ensure_current
-from slurmtower.store.schema import token_state
-from slurmtower.store.sessions import IdentityStoreError, guarded
+from slurmtower.store.schema import token_state, web_sessions
+from slurmtower.store.sessions import IdentityStoreError, SessionRow, guarded, session_row
 
-__all__ = ["TokenLedger", "TokenRecord"]
+__all__ = ["CredentialReader", "TokenLedger", "TokenRecord"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,25 @@ class TokenLedger:
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def change_probe(self) -> Callable[[], int | None] | None:
+        """A probe whose value changes whenever any connection, of any process, commits to the
+        store: SQLite's ``PRAGMA data_version`` on a connection of its own (a read of the
+        WAL index in shared memory, microseconds: it may run on the event loop); None where
+        the store has none (PostgreSQL, in-memory SQLite). The probe gives None when it fails."""
+        path = sqlite_file(self._engine.url)
+        if path is None:
+            return None
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        weakref.finalize(self, conn.close)
+
+        def probe() -> int | None:
+            try:
+                return int(conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                return None
+
+        return probe
 
     def records(self) -> dict[str, TokenRecord]:
         """Every token the store knows, by SHA-256."""
@@ -92,3 +114,58 @@ class TokenLedger:
             except IntegrityError:  # another process wrote it meanwhile
                 conn.execute(stmt.values(**values))
             return True
+
+
+_REVOKED = select(token_state.c.sha256).where(token_state.c.revoked_at.is_not(None))
+
+
+class CredentialReader:
+    """What a request may need of the store to judge its credential, in one read: the revoked
+    static tokens and the sessions asked for.
+
+    On a server database (PostgreSQL) the reads go over one connection kept for them, in
+    autocommit: a read is its statements' round trips alone (no pool checkout and ping, no
+    BEGIN and ROLLBACK: 450 -> 170 us on loopback). SQLite reads from the pool (a kept
+    connection would hold its first snapshot). One caller at a time (from any thread).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._keep = engine.dialect.name != "sqlite"
+        self._conn: Connection | None = None
+
+    def read(self, keys: Collection[str]) -> tuple[frozenset[str], dict[str, SessionRow]]:
+        """(the SHA-256s of the revoked tokens, the sessions whose id digests are ``keys``
+        as the store has them, ended or not). Raises :class:`IdentityStoreError`."""
+        for attempt in (1, 2):
+            fresh = self._conn is None
+            try:
+                if not self._keep:
+                    with self._engine.execution_options(**READ_ONLY).connect() as conn:
+                        return self._read(conn, keys)
+                if self._conn is None:
+                    self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                return self._read(self._conn, keys)
+            except SQLAlchemyError as exc:
+                self.close()
+                # A kept connection the server dropped (a restart) is opened again, once.
+                if attempt == 2 or fresh or not self._keep:
+                    raise IdentityStoreError(f"cannot read credentials: {exc.__class__.__name__}") from exc
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _read(conn: Connection, keys: Collection[str]) -> tuple[frozenset[str], dict[str, SessionRow]]:
+        revoked = frozenset(sha for (sha,) in conn.execute(_REVOKED))
+        if not keys:
+            return revoked, {}
+        found = conn.execute(select(web_sessions).where(web_sessions.c.id_hash.in_(list(keys)))).mappings()
+        return revoked, {row["id_hash"]: session_row(row) for row in found}
+
+    def close(self) -> None:
+        """Give the kept connection back (a later read opens another)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except SQLAlchemyError:
+                conn.invalidate()
