@@ -8,6 +8,12 @@ t0=$(date +%s)
 lint_log=$(mktemp)
 { $BIN/ruff check src tests bench && $BIN/mypy; } > "$lint_log" 2>&1 &
 lint_pid=$!
+# Slurm 26.05 (the newest release) built from ../shared/slurm when absent, so that every machine's
+# run is live on the oldest and the newest release (make slurm-releases builds the others);
+# where ../shared is absent the script says so and the release suites skip, saying why.
+if [ $# -eq 0 ] && [ ! -x /opt/slurm-26.05/sbin/slurmctld ]; then
+  bash scripts/slurm-releases.sh 26.05
+fi
 $BIN/slurmtower devcluster up
 # PostgreSQL and Redis for the several-process tests (started, or installed, when missing).
 bash scripts/services.sh
@@ -48,7 +54,44 @@ workers=${SLURMTOWER_TEST_WORKERS:-$([ $# -eq 0 ] && echo 2 || echo 0)}
 unset SLURMTOWER_TEST_WORKERS  # not a setting: slurmtower refuses unknown SLURMTOWER_ variables
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadscope)
-if ! $BIN/pytest "${parallel[@]}" --durations=30 "$@"; then
+# The release suites (-m release: the actions and job control, the sensor, the REST API against
+# squeue/sinfo, /history against sacct, the reports against sreport, the slurmrestd backend,
+# init and doctor) again on every other Slurm install found (/opt/slurm-*,
+# $SLURMTOWER_TEST_SLURM_PREFIXES), each on its own devcluster, stopped afterwards. They run
+# beside the main suite, in two lanes of installs (they wait on Slurm most of the time); each
+# lane's log is printed when it ends, and a test that failed there runs once more, alone.
+release_lanes=()
+release_dir=$(mktemp -d)
+if [ $# -eq 0 ]; then
+  mapfile -t installs < <($BIN/slurmtower devcluster installs)
+  for lane in 0 1; do
+    (
+      for i in "${!installs[@]}"; do
+        [ $((i % 2)) -eq $lane ] || continue
+        IFS=$'\t' read -r prefix version dir _name _port <<<"${installs[$i]}"
+        echo "== the release suites on Slurm $version ($prefix)"
+        status=0
+        SLURMTOWER_TEST_SLURM_PREFIX="$prefix" $BIN/pytest -m release -q -o cache_dir=".pytest_cache/release-$version" \
+          || status=$?
+        if [ $status -ne 0 ]; then
+          echo "$prefix" >> "$release_dir/failed-$lane"
+        else
+          $BIN/slurmtower devcluster down --dir "$dir" >/dev/null || true
+        fi
+      done
+    ) > "$release_dir/lane-$lane.log" 2>&1 &
+    release_lanes+=($!)
+  done
+  # the main run leaves the tests of those clusters to them (tests/conftest.py)
+  [ ${#installs[@]} -eq 0 ] || export RELEASE_SUITES_BESIDE=1
+fi
+main=0
+$BIN/pytest "${parallel[@]}" --durations=30 "$@" || main=$?
+for lane in "${!release_lanes[@]}"; do
+  wait "${release_lanes[$lane]}" || true
+  cat "$release_dir/lane-$lane.log"
+done
+if [ $main -ne 0 ]; then
   [ "$workers" -gt 0 ] || exit 1
   # A test bound in time (a drain of 1,000 nodes within a second, slurmctld answering within
   # 4 s) can miss its bound while the other worker's cluster takes both cores: the failed
@@ -56,16 +99,18 @@ if ! $BIN/pytest "${parallel[@]}" --durations=30 "$@"; then
   echo "== the tests that failed beside a second worker, again, serially:"
   $BIN/pytest --last-failed --last-failed-no-failures none "$@" -q || exit 1
 fi
-# The release suites (-m release: actions, sensor, REST API, /history against sacct, the
-# slurmrestd backend) again on every other Slurm install found: /opt/slurm-* and
-# $SLURMTOWER_TEST_SLURM_PREFIXES, each on its own devcluster, stopped afterwards.
-if [ $# -eq 0 ]; then
-  while IFS=$'\t' read -r prefix version dir _name _port; do
-    echo "== the release suites on Slurm $version ($prefix)"
+for failed in "$release_dir"/failed-*; do
+  [ -f "$failed" ] || continue
+  while read -r prefix; do
+    version=$($BIN/slurmtower devcluster installs | awk -F'\t' -v p="$prefix" '$1 == p {print $2}')
+    dir=$($BIN/slurmtower devcluster installs | awk -F'\t' -v p="$prefix" '$1 == p {print $3}')
+    echo "== the tests that failed on Slurm $version beside the other suites, again, alone:"
     status=0
-    SLURMTOWER_TEST_SLURM_PREFIX="$prefix" $BIN/pytest -m release -p no:cacheprovider || status=$?
-    $BIN/slurmtower devcluster down --dir "$dir" || true
+    SLURMTOWER_TEST_SLURM_PREFIX="$prefix" $BIN/pytest -m release -q -o cache_dir=".pytest_cache/release-$version" \
+      --last-failed --last-failed-no-failures none || status=$?
+    $BIN/slurmtower devcluster down --dir "$dir" >/dev/null || true
     [ $status -eq 0 ] || exit $status
-  done < <($BIN/slurmtower devcluster installs)
-fi
+  done < "$failed"
+done
+rm -rf "$release_dir"
 echo "make test took $(( $(date +%s) - t0 )) s"

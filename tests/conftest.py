@@ -117,6 +117,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if other:
             config.hook.pytest_deselected(items=other)
             items[:] = [item for item in items if item.get_closest_marker("release") is not None]
+    elif os.environ.get("RELEASE_SUITES_BESIDE"):
+        # Tests of an install's own cluster run in that install's release suite, which
+        # scripts/test.sh runs beside this one and which brings that cluster up and stops it:
+        # not from here as well.
+        theirs = [item for item in items if "release" in getattr(item, "fixturenames", ())
+                  and item.get_closest_marker("skip") is None]
+        if theirs:
+            config.hook.pytest_deselected(items=theirs)
+            items[:] = [item for item in items if item not in theirs]
     stray = [item.nodeid for item in items if "scale_cluster" in getattr(item, "fixturenames", ())
              and scope_of(item.nodeid) != "scale-lab"]
     if stray:

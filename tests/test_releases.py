@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,13 +25,18 @@ pytestmark = pytest.mark.cluster
 
 INSTALLS = find_slurm_installs()
 NO_INSTALL = ("no Slurm install besides Debian's 22.05 on this machine (nothing under /opt/slurm-*, "
-              "$SLURMTOWER_TEST_SLURM_PREFIXES unset): the release suites ran on 22.05 only")
+              "$SLURMTOWER_TEST_SLURM_PREFIXES unset; `make slurm-releases` builds them from ../shared/slurm): "
+              "the release suites ran on 22.05 only")
 
 
 def _installs() -> list[object]:
+    """Every install; in a release suite's run (``scripts/test.sh``), its own install only (the
+    main run beside the release suites leaves these to them:
+    ``conftest.pytest_collection_modifyitems``)."""
     if not INSTALLS:
         return [pytest.param(None, marks=pytest.mark.skip(reason=NO_INSTALL), id="none")]
-    return [pytest.param(i, id=f"slurm-{i.version}") for i in INSTALLS]
+    mine = [i for i in INSTALLS if RELEASE_PREFIX is None or str(i.prefix) == str(Path(RELEASE_PREFIX).resolve())]
+    return [pytest.param(i, id=f"slurm-{i.version}", marks=pytest.mark.release) for i in mine]
 
 
 @pytest.fixture(params=_installs())
@@ -64,8 +70,7 @@ def test_installs_are_listed_with_their_versions() -> None:
         pytest.skip(NO_INSTALL)
 
 
-def test_the_devcluster_runs_the_install_beside_debians(release: tuple[SlurmInstall, DevCluster],
-                                                        devcluster: DevCluster) -> None:
+def test_the_devcluster_runs_the_install_beside_debians(release: tuple[SlurmInstall, DevCluster]) -> None:
     install, cluster = release
     status = json.loads(_slurmtower(cluster, "devcluster", "status", "-o", "json").stdout)
     assert status["up"] is True and status["slurm_prefix"] == str(install.prefix)
@@ -76,8 +81,10 @@ def test_the_devcluster_runs_the_install_beside_debians(release: tuple[SlurmInst
     assert out.strip() == f"slurm {install.version}"
     assert subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env,
                           check=True).stdout.count(f"ClusterName             = {cluster.cluster_name}") == 1
-    # and Debian's cluster is still up beside it, on its own release
-    assert devcluster.is_up() and devcluster.slurm_prefix is None
+    # and Debian's cluster (the main suite's: scripts/test.sh brings it up first) is still up
+    # beside it, on its own release
+    debians = DevCluster(log=lambda _m: None)
+    assert debians.is_up() and debians.slurm_prefix is None
 
 
 def test_info_reports_the_release_and_what_it_can_do(release: tuple[SlurmInstall, DevCluster]) -> None:

@@ -75,9 +75,13 @@ def test_slurms_per_id_lines_are_folded_onto_the_ids_given() -> None:
     out = ("3_4-5: No error\n3_6-9: Invalid job id specified\nInvalid job id specified for job 10\n"
            "slurm_suspend error: Invalid job id specified\n11_1: No error\n11_2: Job is pending execution\n"
            "scancel: error: Kill job error on job id 12_4: Access/permission denied\n")
-    assert fold_messages(refs, per_id_lines(out)) == {
-        "3_[4-9]": "3_6-9: Invalid job id specified", "10": "Invalid job id specified",
-        "11_[1-2]": "11_2: Job is pending execution", "12_4": "Access/permission denied"}
+    folded = {"3_[4-9]": "3_[6-9]: Invalid job id specified", "10": "Invalid job id specified",
+              "11_[1-2]": "11_2: Job is pending execution", "12_4": "Access/permission denied"}
+    assert fold_messages(refs, per_id_lines(out)) == folded
+    # 26.05 prints task ranges and single tasks in brackets (3_[6-9], 11_[2]): the same results
+    bracketed = out.replace("3_4-5", "3_[4-5]").replace("3_6-9", "3_[6-9]").replace("11_1:", "11_[1]:") \
+        .replace("11_2:", "11_[2]:")
+    assert fold_messages(refs, per_id_lines(bracketed)) == folded
 
 
 # -- the command backend on the cluster ----------------------------------------------------------

@@ -443,6 +443,17 @@ def _printed_ref(printed: str, refs: Sequence[JobRef], by_text: Mapping[str, Job
     return same[0] if len(same) == 1 else None
 
 
+def _task_text(printed: str) -> str:
+    """A task range as one spelling on every release: scontrol prints a range of tasks
+    ``3_4-5`` up to 25.11 and ``3_[4-5]`` on 26.05, one task ``3_9`` and ``3_[9]``: here
+    ``3_[4-5]`` and ``3_9``."""
+    if m := re.match(r"^(\d+)_\[(\d+)\]$", printed):
+        return f"{m[1]}_{m[2]}"
+    if m := re.match(r"^(\d+)_([0-9]+[,\-][0-9,\-]*)$", printed):
+        return f"{m[1]}_[{m[2]}]"
+    return printed
+
+
 def fold_messages(refs: Sequence[JobRef], lines: Iterable[tuple[str, str]]) -> JobResults:
     """Each ref's result from the per-id lines: ``None``, or its messages (``"; "``-joined,
     prefixed with the task range Slurm named where that is not the ref's own text)."""
@@ -452,7 +463,8 @@ def fold_messages(refs: Sequence[JobRef], lines: Iterable[tuple[str, str]]) -> J
         ref = _printed_ref(printed, refs, by_text)
         if ref is None or message == _NO_ERROR:
             continue
-        text = message if printed == ref.text else f"{printed}: {message}"
+        shown = _task_text(printed)
+        text = message if printed == ref.text or shown == ref.text else f"{shown}: {message}"
         if text not in messages[ref.text]:
             messages[ref.text].append(text)
     return {text: ("; ".join(found) if found else None) for text, found in messages.items()}
