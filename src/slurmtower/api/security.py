@@ -421,7 +421,8 @@ class _Word:
     """What one read of the store said about credentials."""
 
     revoked: frozenset[str]
-    """The SHA-256s of the revoked static tokens."""
+    """The SHA-256s of the revoked static tokens: all of them (:attr:`all_revoked`), or those
+    the sessions read were made from."""
     sessions: dict[str, SessionRow]
     """The sessions asked for, by id digest (one missing: ended or unknown)."""
     sessions_error: IdentityStoreError | None = None
@@ -430,6 +431,8 @@ class _Word:
     """The session id digests the read looked up."""
     whole: bool = True
     """Every part was read (not the revocations of an earlier read, the store failing)."""
+    all_revoked: bool = True
+    """:attr:`revoked` holds every revoked token (a bearer token's request asked for them)."""
 
 
 class _StoreWord:
@@ -466,6 +469,7 @@ class _StoreWord:
         self._last: tuple[int, _Word] | None = None
         self._next: asyncio.Future[_Word] | None = None
         self._keys: set[str] = set()
+        self._all_revoked = False
         self._reader: asyncio.Task[None] | None = None
         self._token_uses: dict[str, tuple[str, float, str]] = {}
         self._queued_at: dict[str, float] = {}
@@ -480,7 +484,8 @@ class _StoreWord:
         if self.reader is None:
             return _Word(revoked=frozenset(), sessions={})  # no store: nothing revoked, no session
         last = self._last
-        if (last is not None and self._probe is not None and (session is None or session in last[1].asked)
+        if (last is not None and self._probe is not None
+                and (session in last[1].asked if session is not None else last[1].all_revoked)
                 and self._probe() == last[0]):
             self.spared += 1
             return last[1]  # nothing committed anywhere since that read began
@@ -488,9 +493,11 @@ class _StoreWord:
         found = self._next
         if found is None or found.get_loop() is not loop:  # (a test's app may outlive a loop)
             found = self._next = loop.create_future()
-            self._keys = set()
+            self._keys, self._all_revoked = set(), False
         if session is not None:
             self._keys.add(session)
+        else:
+            self._all_revoked = True  # a bearer token's request: every revocation
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_all())
         return await asyncio.shield(found)
@@ -498,13 +505,13 @@ class _StoreWord:
     async def _read_all(self) -> None:
         # One read at a time; the requests that arrived during one share the next.
         while self._next is not None:
-            waiting, keys = self._next, self._keys
-            self._next, self._keys = None, set()
+            waiting, keys, revocations = self._next, self._keys, self._all_revoked
+            self._next, self._keys, self._all_revoked = None, set(), False
             self.reads += 1
             # Taken before the read begins: equal later, nothing was committed since the read's view.
             version = self._probe() if self._probe is not None else None
             try:
-                word = await asyncio.to_thread(self._read, keys)
+                word = await asyncio.to_thread(self._read, keys, revocations)
             except Exception as exc:  # noqa: BLE001 - the waiting requests get it (none may hang)
                 if not waiting.done():
                     waiting.set_exception(exc)
@@ -513,15 +520,20 @@ class _StoreWord:
                 waiting.set_result(word)
             self._last = (version, word) if version is not None and word.whole else None
 
-    def _read(self, keys: set[str]) -> _Word:
+    def _read(self, keys: set[str], revocations: bool) -> _Word:
         assert self.reader is not None
         try:
-            self.revoked, rows = self.reader.read(keys)
+            revoked, rows = self.reader.read(keys, revocations=revocations)
         except IdentityStoreError as exc:
             log.warning("credentials: the store does not answer (%s); the last revocations read here apply",
                         exc.message)
             return _Word(revoked=self.revoked, sessions={}, sessions_error=exc, asked=frozenset(keys), whole=False)
-        return _Word(revoked=self.revoked, sessions=rows, asked=frozenset(keys))
+        if revoked is None:  # sessions alone: the revocations of their tokens came with them
+            return _Word(revoked=frozenset(r.credential_sha256 for r in rows.values()
+                                           if r.credential_revoked and r.credential_sha256 is not None),
+                         sessions=rows, asked=frozenset(keys), all_revoked=False)
+        self.revoked = revoked
+        return _Word(revoked=revoked, sessions=rows, asked=frozenset(keys))
 
     def token_used(self, sha256: str, name: str, address: str, now: float) -> None:
         """Note a use of a static token (written at most once a minute per token)."""

@@ -85,6 +85,8 @@ class SessionRow:
     """The SHA-256 of the static token the session was made from (None: a sign-on, a JWT)."""
     credential_expires_at: float | None = None
     """When the credential the session was made from expires (None: never, or a sign-on)."""
+    credential_revoked: bool = False
+    """The token the session was made from is revoked (when read with its revocation)."""
 
     def ended(self, now: float, idle: float) -> str | None:
         """Why the session is over at ``now`` by its own times (None: it is not): its absolute
@@ -233,4 +235,5 @@ def _session(row: Any, *, expires_at: float) -> SessionRow:
                       expires_at=expires_at, id_token=row["id_token"],
                       groups=tuple(str(g) for g in (row["groups"] or [])[:MAX_SESSION_GROUPS]),
                       seen_at=row["seen_at"], credential_sha256=row["credential_sha256"],
-                      credential_expires_at=row["credential_expires_at"])
+                      credential_expires_at=row["credential_expires_at"],
+                      credential_revoked=row.get("credential_revoked_at") is not None)
