@@ -172,6 +172,27 @@ def sreport(start: datetime, end: datetime, *args: str) -> list[list[str]]:
     return rows[1:]  # after the column names
 
 
+def user_lines(rows: list[list[str]]) -> dict[tuple[str, str, str], int]:
+    """``sreport cluster AccountUtilizationByUser``'s usage per (account, login, TRES).
+
+    A user with an association per partition too (alice in physics and physics/short) has
+    several lines. 22.05 prints one per association, adding up. From 23.11 on (associations in
+    a ``lineage`` tree) the user's first line already counts the partition associations below
+    it: 26.05 prints that line alone, 24.11 the partition association's own line after it
+    (counted twice if added up), so there the first line is the user's."""
+    release = tuple(int(x) for x in sh("sinfo", "-V").split()[1].split(".")[:2])
+    found: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        if not r[2]:
+            continue
+        key = (r[1], r[2], r[4])
+        if key not in found:
+            found[key] = int(r[5])
+        elif release < (23, 11):
+            found[key] += int(r[5])
+    return found
+
+
 def _range(start: datetime, end: datetime) -> tuple[str, str]:
     return f"start={_local(start)}", f"end={_local(end)}"
 
@@ -217,9 +238,12 @@ def test_cluster_usage_agrees_with_sreport_cluster_utilization(reports: Reports,
     assert report.source == "usage_hour"
     [group] = report.groups
     assert group.utilization is not None
-    rows = {r[1]: r for r in sreport(rolled.start, rolled.end, "cluster", "Utilization", "-T", "cpu,mem")}
+    # The columns by their full names: sreport's default "planned" is PLND Down up to 23.11 and
+    # the reserved time from 24.11 on (24.11's default header says "Planned" twice).
+    rows = {r[1]: r for r in sreport(rolled.start, rolled.end, "cluster", "Utilization", "-T", "cpu,mem",
+                                     "format=Cluster,TresName,Allocated,Down,PlannedDown,Idle,Reserved,Reported")}
     for name in TRES:
-        # Cluster|TRES Name|Allocated|Down|PLND Down|Idle|Reserved|Reported
+        # Cluster|TRES Name|Allocated|Down|PLND Down|Idle|Planned|Reported
         _cl, _t, alloc, down, pdown, idle, reserved, reported = rows[name]
         u = group.utilization[name]
         assert (u.allocated_seconds, u.down_seconds, u.planned_down_seconds, u.idle_seconds, u.reserved_seconds,
@@ -232,12 +256,10 @@ def test_account_usage_agrees_with_sreport_account_utilization_by_user(reports: 
     rows = sreport(rolled.start, rolled.end, "cluster", "AccountUtilizationByUser", "-T", "cpu,mem")
     # Cluster|Account|Login|Proper Name|TRES Name|Used
     accounts = {(r[1], r[4]): int(r[5]) for r in rows if not r[2]}
-    users: dict[tuple[str, str, str], int] = defaultdict(int)
+    users = user_lines(rows)
     own: dict[tuple[str, str], int] = defaultdict(int)
-    for r in rows:
-        if r[2]:  # a user's associations in one account (one per partition, if any) add up
-            users[(r[1], r[2], r[4])] += int(r[5])
-            own[(r[1], r[4])] += int(r[5])
+    for (account, _login, tres), used in users.items():
+        own[(account, tres)] += used
     by_account = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account", tres=TRES))
     by_pair = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by="account+user", tres=TRES))
     assert by_account.source == by_pair.source == "assoc_usage_hour"
@@ -292,11 +314,10 @@ def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, r
         total, own = 0, defaultdict(int)  # root's line; each account's own usage: its users' lines
         for a, b in ((start, rolled.start), (rolled.start, rolled.end)):
             if a < b:
-                for r in sreport(a, b, "cluster", "AccountUtilizationByUser", "-T", "cpu"):
-                    if r[2]:
-                        own[r[1]] += int(r[5])
-                    elif r[1] == "root":
-                        total += int(r[5])
+                rows = sreport(a, b, "cluster", "AccountUtilizationByUser", "-T", "cpu")
+                total += sum(int(r[5]) for r in rows if not r[2] and r[1] == "root")
+                for (account, _login, _tres), used in user_lines(rows).items():
+                    own[account] += used
         coarse = reports.usage(UsageQuery(start=start, end=end, group_by="account", rollup=rollup, period=period))
         fine = reports.usage(UsageQuery(start=start, end=end, group_by="account", period=period))
         so_far = reports.usage(UsageQuery(start=start, end=rolled.end, group_by="account"))
