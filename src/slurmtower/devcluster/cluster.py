@@ -1168,7 +1168,9 @@ serve_index = true
     def _start_slurmrestd(self) -> None:
         if self._rest_alive():
             return
-        env = {**self.slurm_env(), "SLURM_JWT": "daemon"}
+        # SLURM_BITSTR_LEN=0: an array's pending tasks in full (past 64 characters slurmrestd
+        # cuts the list with "...", and the tasks past the cut could not be counted).
+        env = {**self.slurm_env(), "SLURM_JWT": "daemon", "SLURM_BITSTR_LEN": "0"}
         self._background(
             [self.sbin("slurmrestd"), "-a", "rest_auth/jwt", "-u", "slurmrestd", "-g", "slurmrestd",
              f"127.0.0.1:{self.rest_port}"],
