@@ -426,6 +426,43 @@ def test_a_restarted_service_answers_at_once_from_the_snapshots_it_kept(devclust
         os.kill(pid, signal.SIGCONT)
 
 
+def test_a_restart_reads_only_the_queue_lines_that_changed_and_a_kept_queue_too_old_is_not_served(
+        settings: Settings, jobs: list[int]) -> None:
+    """The kept queue carries each squeue line's digest (the same in every run): the refresh
+    worker of the next run goes on from it, so its first read parses and sends only the lines
+    that changed since (a fresh first answer sooner at 100,000 jobs). Older than
+    ``api.keep_snapshots_max_age``, the kept queue is not served as the live one, and still
+    spares that parsing."""
+    jobs += [sbatch("-J", "kept-held", "--hold", "--wrap", "true") for _ in range(3)]
+    settings.api.refresh_interval = 0.5
+    settings.api.keep_snapshots_interval = 0.2
+    settings.api.refresh_in_subprocess = True
+    kept = settings.state_dir / "snapshots" / "jobs.snap"
+    with api_for(settings) as first:
+        assert set(jobs) <= {j["job_id"] for j in first.get("/queue").json()["jobs"]}
+        wait_for(lambda: kept.exists() and kept.stat().st_mtime > time.time() - 0.5, 10, what="the kept queue")
+    jobs.append(sbatch("-J", "kept-new", "--hold", "--wrap", "true"))  # one line that changed
+    for max_age, served in ((600.0, True), (0.5, False)):
+        if not served:
+            time.sleep(0.6)  # the kept queue is past its max age now
+        settings.api.keep_snapshots_max_age = max_age
+        app = create_app(settings)
+        cache: SnapshotCache = app.state.services.snapshots
+        with running(app) as http:
+            first = http.get("/queue").json()
+            assert first["stale"] is served, first.get("stale_reason")
+            wait_for(lambda: not http.get("/queue").json()["stale"], 30, 0.2, what="this run's first read")
+            fresh = http.get("/queue").json()
+            assert {j["job_id"] for j in fresh["jobs"]} >= set(jobs)
+            assert {j["job_id"] for j in fresh["jobs"]} == set(_squeue_ids())
+            # primed: no read of every line (a full delta) was needed, served or not
+            assert cache.full_reads["jobs"] == 0, cache.full_reads
+
+
+def _squeue_ids() -> list[int]:
+    return [int(x) for x in sh("squeue", "-h", "--states=all", "-o", "%A").split()]
+
+
 def test_a_kept_snapshot_that_does_not_decode_is_not_served(tmp_path: Path) -> None:
     from slurmtower.live.keep import MAGIC, SnapshotKeeper
 

@@ -74,13 +74,24 @@ def test_tables_read_back_with_their_columns_and_filters(compress: int) -> None:
     assert isinstance(back, JobTable) and back == jobs and back.jobs() == jobs.jobs()
     for column in ("user", "account", "partition", "state", "name", "nodes"):
         assert back.columns[column] == jobs.columns[column]
-    assert back.columns["line"] == (None, None, None)  # the worker's line hashes stay home
+    assert back.columns["line"] == (None, None, None)  # rows made from models have no line digest
     assert back.select(partition={"batch"}) == [0, 1] and back.select(nodes={"n2"}) == [0]
     nodes = _nodes()
     back_nodes = decode_snapshot("nodes", encode_snapshot("nodes", nodes, compress=compress))
     assert back_nodes == nodes and back_nodes.keys == ("n2", "n10") and back_nodes.nodes() == nodes.nodes()
     assert back_nodes.columns == nodes.columns
     assert back_nodes.select(state={"DRAIN"}) == [1]
+
+
+def test_a_tables_line_digests_read_back() -> None:
+    # A queue read from squeue carries each line's digest (the same in every process and run):
+    # kept or shared, a refresh worker goes on from them and parses only the lines that changed.
+    jobs = _jobs()
+    digests = (2**64 - 1, 0, 12345678901234567)
+    read = JobTable(jobs.keys, jobs.fragments, {**jobs.columns, "line": digests})
+    back = decode_snapshot("jobs", encode_snapshot("jobs", read, compress=1))
+    assert back.columns["line"] == digests
+    assert back.line_memo() == read.line_memo() == dict(zip(digests, jobs.keys, strict=True))
 
 
 def test_models_read_back() -> None:

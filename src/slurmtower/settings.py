@@ -187,6 +187,17 @@ class ApiSettings(_Section):
     ``<state_dir>/snapshots`` (when they changed); a restarted service serves them at once,
     marked stale with their age, until its first read of Slurm (:mod:`slurmtower.live.keep`).
     0: nothing kept, nothing served before the first read."""
+    keep_snapshots_max_age: float = Field(default=600.0, gt=0, le=7 * 86400)
+    """A kept snapshot older than this many seconds is not served as the live data at start
+    (a queue ten minutes old is not the queue); the job table in it still saves the first
+    read's parsing (the refresh worker reads only the lines that changed since)."""
+    state_refresh_interval: float = Field(default=1.5, ge=0.5, le=60)
+    """Seconds between two reads of the job states alone (23.11+: ``squeue
+    --only-job-state``, slurmctld packs each job's id and state only; slurmrestd's
+    ``/jobs/state``), while clients read the queue: a job that started, ended or was held
+    shows its new state within this long, however long the full records' interval is (the
+    ``X-State-Age`` header). Grows when the reads cost more than half of
+    ``refresh_controller_share``. On 22.05 (no such read) the states are the full records'."""
     refresh_in_subprocess: bool = True
     """Read and render the job queue in a worker process (off the serving process's GIL),
     so a refresh of thousands of jobs does not stall the requests served meanwhile."""
@@ -483,7 +494,7 @@ CLUSTER_SECTIONS = ("slurm", "accounting", "events", "actions", "archiver")
 CLUSTER_API_KEYS = frozenset({
     "hidden_partitions", "private_job_fields", "refresh_interval", "refresh_cpu_share",
     "refresh_controller_share", "refresh_ahead", "max_refresh_interval", "slurm_wait", "serve_stale",
-    "refresh_in_subprocess", "keep_snapshots_interval"})
+    "refresh_in_subprocess", "keep_snapshots_interval", "keep_snapshots_max_age", "state_refresh_interval"})
 #: A cluster's name as Slurm spells ClusterName (lower case, a URL path segment as it is).
 CLUSTER_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 

@@ -310,7 +310,26 @@ class SnapshotCache:
         snap = Snapshot(resource=resource, value=value, fetched_at=fetched_at, fetched_mono=self._mono(fetched_at),
                         generation=entry.generation, stale=True, error=RESTORED)
         entry.snapshot, entry.own, entry.restored = snap, False, True
+        self.prime(resource, value)
         return snap
+
+    def prime(self, resource: str, value: Any) -> bool:
+        """Let the first read of a resource read as deltas start from ``value``, a table kept
+        from an earlier run whose rows carry their squeue lines' digests: the refresh worker
+        then parses only the lines that changed since (at 100,000 held jobs, none), and sends
+        only those rows. Nothing (False) without a worker, a delta resource, or digests.
+        May be called from a thread before the first round."""
+        entry = self._entries.get(resource)
+        worker = self.worker
+        if entry is None or entry.offload is None or entry.offload.delta is None or worker is None \
+                or entry.table is not None or not isinstance(value, JobTable) or not len(value):
+            return False
+        memo = value.line_memo()
+        if len(memo) != len(value):
+            return False  # rows without a digest (a table made from models)
+        entry.table, entry.seq = value, 0
+        worker.resume_queue(memo, 0)
+        return True
 
     def _mono(self, fetched_at: datetime) -> float:
         """This cache's clock reading for the wall time ``fetched_at`` (in the past: its age)."""

@@ -12,9 +12,11 @@ distinct values (JSON); the sections are raw little-endian arrays and bytes:
   rows' JSON fragments one per line (compact JSON holds no raw newline; optionally
   zlib-compressed), and for each column an array of indexes into its distinct values
   (uint8/16/32, the smallest that fits). A set column (a job's nodes, a node's states and
-  partitions) lists its distinct sets, each comma-joined. The job table's ``line`` column (hashes only the
-  refresh worker of the process that read the line understands) is left behind: it decodes
-  as ``None``.
+  partitions) lists its distinct sets, each comma-joined. The job table's ``line`` column (the
+  squeue lines' digests, :func:`~slurmtower.slurm.adapters.line_hash`: the same in every
+  process and run) is a last section of uint64 when every row has one (``"lines": true``),
+  so that a refresh worker can go on from a table kept or shared (it parses only the lines
+  that changed since); without it the column decodes as ``None``.
 * ``partitions`` / ``stats``: the pydantic JSON of the value, validated back into the models.
 
 Decoding checks every length, offset and index (a malformed blob raises
@@ -44,7 +46,8 @@ __all__ = ["MAGIC", "blob_digest", "decode_snapshot", "encode_snapshot"]
 MAGIC = b"STSNAP1\n"
 _HEAD = struct.Struct("<I")
 _LITTLE = sys.byteorder == "little"
-#: Columns of a table that stay in the process that made them.
+#: Columns of a table that are not columns of distinct values (the job table's line digests: a
+#: section of their own).
 _LOCAL_COLUMNS: dict[type[JobTable | NodeTable], frozenset[str]] = {JobTable: frozenset({"line"}),
                                                                      NodeTable: frozenset()}
 #: resource -> what its blob holds: a table class, or the models its pydantic JSON validates into.
@@ -144,8 +147,14 @@ def _encode_table(table: JobTable | NodeTable, compress: int) -> bytes:
         column["index"] = code
         columns.append(column)
         sections.append(_packed(code, idx))
+    lines = False
+    if cls is JobTable:
+        digests = table.columns["line"]
+        if rows and all(type(d) is int and 0 <= d < 2**64 for d in digests):
+            sections.append(_packed("Q", digests))
+            lines = True
     header = {"kind": cls.__name__, "rows": rows, "keys": keys_kind, "compressed": bool(compress),
-              "columns": columns, "sections": [len(s) for s in sections]}
+              "columns": columns, "lines": lines, "sections": [len(s) for s in sections]}
     return _assemble(header, sections)
 
 
@@ -198,7 +207,9 @@ def _decode_table(cls: type[JobTable | NodeTable], header: dict[str, Any],
     rows = header.get("rows")
     columns = header.get("columns")
     wanted = [c for c in cls._COLUMNS if c not in _LOCAL_COLUMNS[cls]]
-    if not isinstance(rows, int) or rows < 0 or not isinstance(columns, list) or len(sections) != 2 + len(columns):
+    lines = header.get("lines", False) is True and cls is JobTable
+    if not isinstance(rows, int) or rows < 0 or not isinstance(columns, list) \
+            or len(sections) != 2 + len(columns) + lines:
         raise ValueError("snapshot table: bad header")
     if [c.get("name") if isinstance(c, dict) else None for c in columns] != wanted:
         raise ValueError(f"snapshot table: columns must be {wanted}")
@@ -224,10 +235,12 @@ def _decode_table(cls: type[JobTable | NodeTable], header: dict[str, Any],
     if len(fragments) != rows or (rows and not all(fragments)):
         raise ValueError("snapshot table: rows and JSON lines do not match")
     values: dict[str, Sequence[Any]] = {}
-    for column, section in zip(columns, sections[2:], strict=True):
+    for column, section in zip(columns, sections[2:2 + len(columns)], strict=True):
         values[column["name"]] = _decode_column(cls, column, section, rows)
     for name in _LOCAL_COLUMNS[cls]:
         values[name] = (None,) * rows
+    if lines:
+        values["line"] = _unpacked("Q", sections[-1], rows, "lines").tolist()
     return cls(keys, fragments, values)
 
 

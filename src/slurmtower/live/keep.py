@@ -47,7 +47,8 @@ class SnapshotKeeper:
 
     Args:
         interval: seconds between two writes of a resource (only when it changed).
-        max_age: a kept snapshot older than this (seconds) is not served at start.
+        max_age: a kept snapshot older than this (seconds) is not served at start (the job
+            table in it still primes the first read: :meth:`SnapshotCache.prime`).
     """
 
     def __init__(self, directory: Path, cache: SnapshotCache, *, interval: float, max_age: float = 86400.0) -> None:
@@ -88,7 +89,11 @@ class SnapshotKeeper:
                 log.warning("the kept %s snapshot %s does not decode (%s): not served", resource, path, exc)
                 continue
             if time.time() - at > self.max_age:
-                log.info("the kept %s snapshot is %.0f s old: not served", resource, time.time() - at)
+                log.info("the kept %s snapshot is %.0f s old (api.keep_snapshots_max_age %g s): not served",
+                         resource, time.time() - at, self.max_age)
+                # Its job table still spares the first read the parsing of the lines that did
+                # not change since.
+                self.cache.prime(resource, value)
                 continue
             if self.cache.restore(resource, value, datetime.fromtimestamp(at, UTC)) is not None:
                 restored.append(resource)

@@ -27,7 +27,6 @@ import multiprocessing
 import os
 import pickle
 import resource
-import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -167,6 +166,13 @@ def _pid() -> int:
     return os.getpid()
 
 
+def _resume_queue(memo: dict[int, int], seq: int) -> int:
+    resume = getattr(_client, "resume_queue", None)
+    if resume is not None:
+        resume(memo, seq)
+    return len(memo)
+
+
 def _pickled_error(exc: SlurmtowerError) -> bytes:
     try:
         blob = pickle.dumps(exc)
@@ -281,10 +287,6 @@ class RefreshWorker:
         self.rounds = 0
         self.restarts = -1
         self.recycled = 0
-        # Every worker of this process hashes squeue lines alike, so one can go on from the
-        # line hashes its predecessor reported (see recycle).
-        if os.environ.get("PYTHONHASHSEED", "random") == "random":
-            os.environ["PYTHONHASHSEED"] = str(secrets.randbelow(2**32 - 1) + 1)
 
     def start(self) -> None:
         """Spawn the worker now (its imports take a second), without waiting for it."""
@@ -361,6 +363,16 @@ class RefreshWorker:
             assert isinstance(err, SlurmtowerError)
             raise err
         return result
+
+    def resume_queue(self, queue_memo: dict[int, int], seq: int) -> None:
+        """Have the worker go on from ``queue_memo`` (a table the serving process holds at
+        delta ``seq``, e.g. one kept by an earlier run) before its next round: a worker not
+        spawned yet starts from it, a running one is told (rounds run in order)."""
+        if self._pool is None:
+            self._resume = (queue_memo, seq)
+            return
+        fut = self._pool.submit(_resume_queue, queue_memo, seq)
+        fut.add_done_callback(_ignore)
 
     def recycle(self, queue_memo: dict[int, int], seq: int) -> None:
         """Replace the worker by a new one that goes on from ``queue_memo`` (the line hashes

@@ -40,6 +40,9 @@ PARTS = frozenset({"live", "accounting", "archive", "events", "event-store", "ac
 CLUSTER_PARTS = frozenset({"live", "accounting", "actions", "events", "archive"})
 #: Of a cluster's periodic work, what runs for each cluster (the rest runs once per process:
 #: the event feed and the forwarders read every cluster's events).
+#: The live resources whose first read starts with the service (the queue and the nodes: what
+#: the dashboard and most clients ask for first).
+LIVE_AT_START = ("jobs", "nodes")
 _PER_CLUSTER_TASKS = ("shared-snapshot", "snapshot-keeper", "sensor", "callback-refusals", "load-archiver",
                       "maintenance")
 
@@ -61,7 +64,8 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
         cache = services.live_cache()
         if "live" in parts and services.keeper is None and settings.api.keep_snapshots_interval > 0:
             services.keeper = SnapshotKeeper(settings.state_dir / "snapshots", cache,
-                                             interval=settings.api.keep_snapshots_interval)
+                                             interval=settings.api.keep_snapshots_interval,
+                                             max_age=settings.api.keep_snapshots_max_age)
     if "accounting" in parts and services.accounting is None and settings.accounting.url is not None \
             and (settings.accounting.cluster or settings.cluster_name):
         # Building the engine does not connect; a missing cluster name is resolved on first use.
@@ -164,8 +168,12 @@ async def _start_snapshots(services: Services) -> None:
             await cache.shared_round()  # know this process's part before the first request
         if services.keeper is not None:
             # The snapshots kept by the last run: served (marked stale) while the first round
-            # of each, started now, reads Slurm.
-            for resource in await asyncio.to_thread(services.keeper.restore):
+            # of each reads Slurm (the queue's parsing only the lines that changed since).
+            await asyncio.to_thread(services.keeper.restore)
+        # The first rounds of what every client asks for start now, not at the first request:
+        # a fresh first answer comes that much sooner (100,000 jobs take seconds to read).
+        for resource in LIVE_AT_START if "live" in services.parts else ():
+            if resource in cache.resources:
                 cache.kick(resource)
 
 

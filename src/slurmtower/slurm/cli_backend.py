@@ -423,7 +423,7 @@ class CliSlurmClient:
             for line in res.stdout.split("\n"):
                 if not line:
                     continue
-                key = hash(line)
+                key = ad.line_hash(line)
                 job_id = memo.get(key)
                 if job_id is None:
                     job_id, fragment, columns = self._rows.row(line)
@@ -434,8 +434,9 @@ class CliSlurmClient:
                               seq=self._queue_seq, base=base)
 
     def resume_queue(self, memo: dict[int, int], seq: int) -> None:
-        """Go on from the deltas another client of this hash function (``PYTHONHASHSEED``)
-        made: ``memo`` is the table's :meth:`~JobTable.line_memo`, ``seq`` its last delta."""
+        """Go on from the deltas another client made (in this run or an earlier one: the line
+        hash is the same everywhere): ``memo`` is the table's :meth:`~JobTable.line_memo`,
+        ``seq`` its last delta."""
         with self._lock:
             self._queue_memo, self._queue_seq, self._queue_digest = dict(memo), seq, None
 
