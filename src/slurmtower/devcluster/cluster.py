@@ -61,6 +61,11 @@ PACKAGES = [
 ]
 NODES = ["n1", "n2", "n3", "n4"]  # the nodes with a slurmd, whatever the node count
 ACCOUNTS = {"physics": ["alice", "bob", "root"], "chemistry": ["bob"]}
+#: A QOS with limits the accounts above may ask for (``--qos=capped``), beside ``normal`` (their
+#: default): with the limits enforced (AccountingStorageEnforce), a second running job of one
+#: user waits as ``QOSMaxJobsPerUserLimit``, a job asking more than its wall limit as
+#: ``QOSMaxWallDurationPerJobLimit``.
+QOS = {"capped": ("MaxJobsPerUser=1", "MaxWall=30", "Description=devcluster: one running job per user")}
 USERS = ["alice", "bob"]
 # the scale lab's extra principals (``nodes > 4``): more users and accounts to filter on
 LAB_ACCOUNTS = {"biology": ["carol", "dave"], "astro": ["dave", "alice"]}
@@ -495,8 +500,13 @@ class DevCluster:
         elif self.is_up() and all(
             _read_pid(self.run_dir / f"slurmd-{n}.pid") for n in NODES
         ) and self._rest_alive() and self._accounting_alive():
-            self.log(f"devcluster {self.cluster_name} already up ({time.monotonic() - t0:.2f} s)")
-            return time.monotonic() - t0
+            if self._conf_current():
+                self.log(f"devcluster {self.cluster_name} already up ({time.monotonic() - t0:.2f} s)")
+                return time.monotonic() - t0
+            # Written by an older slurmtower (another scheduling or enforcement setting): the
+            # daemons read slurm.conf at start, so they start again on the new one.
+            self.log(f"devcluster {self.cluster_name}: slurm.conf changed, restarting it")
+            self.down()
         self._check_ports_free()
         self._prepare(own_mariadb=own_mariadb)
         self._start_munge()
@@ -798,7 +808,8 @@ class DevCluster:
             return "127.0.0.1", self.own_mariadb_port
         return "127.0.0.1", 3306
 
-    def _write_configs(self, *, own_mariadb: bool) -> None:
+    def _slurm_conf_text(self) -> str:
+        """The slurm.conf :meth:`up` writes (a running cluster whose file differs is restarted)."""
         r = self.root
         nodes_ports = f"[{self.node_port('n1')}-{self.node_port(NODES[-1])}]"
         slurm_conf = f"""# Written by slurmtower devcluster; do not edit (rewritten by `devcluster up`).
@@ -845,9 +856,18 @@ DefMemPerCPU=100
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort={self.dbd_port}
-AccountingStorageEnforce=associations
+AccountingStorageEnforce=associations,limits,qos
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
+PriorityType=priority/multifactor
+PriorityWeightAge=1000
+PriorityWeightFairshare=10000
+PriorityWeightJobSize=1000
+PriorityWeightPartition=1000
+PriorityWeightQOS=1000
+PriorityWeightTRES=CPU=1000,Mem=1000
+PriorityMaxAge=1-0
+PriorityCalcPeriod={5 if self.is_lab else 1}
 NodeName=n[1-4] NodeAddr=127.0.0.1 {self._hostname()}Port={nodes_ports} CPUs=2 RealMemory=2000 \
   State=UNKNOWN Feature=dev
 """
@@ -856,6 +876,18 @@ PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 PartitionName=batch Nodes=n[1-2] MaxTime=60 State=UP
 PartitionName=short Nodes=n[3-4] MaxTime=5 DefaultTime=1 State=UP
 """
+        return slurm_conf
+
+    def _conf_current(self) -> bool:
+        """The running cluster's slurm.conf is the one this slurmtower writes."""
+        try:
+            return self.slurm_conf.read_text() == self._slurm_conf_text()
+        except OSError:
+            return False
+
+    def _write_configs(self, *, own_mariadb: bool) -> None:
+        r = self.root
+        slurm_conf = self._slurm_conf_text()
         host, port = self._db_host_port()
         sec = self._secrets()
         dbd_conf = f"""# Written by slurmtower devcluster
@@ -1142,6 +1174,18 @@ serve_index = true
             todo = [u for u in users if (account, u) not in have]
             if todo:
                 cmd.run(["sacctmgr", "-i", "add", "user", ",".join(todo), f"Account={account}"], timeout=20)
+        known = set(cmd.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], timeout=20).stdout.split())
+        for name, settings in QOS.items():
+            if name not in known:
+                cmd.run(["sacctmgr", "-i", "add", "qos", name, *settings], timeout=20)
+        out = cmd.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,qos"], timeout=20).stdout
+        allowed = {account: set(qos.split(",")) for account, user, qos in
+                   (line.split("|") for line in out.splitlines() if line.count("|") == 2) if not user}
+        for name in QOS:
+            todo = [a for a in wanted if name not in allowed.get(a, set())]
+            if todo:
+                cmd.run(["sacctmgr", "-i", "modify", "account", "where", f"name={','.join(todo)}", "set",
+                         f"qos+={name}"], timeout=20)
 
     def _rest_pid(self) -> int | None:
         """slurmrestd's pid: from its pid file, or found by its command line (a lost pid file)."""
