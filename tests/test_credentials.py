@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -87,7 +88,7 @@ def test_a_session_ends_with_the_credential_it_was_made_from(quiet: Settings, de
     token, name = OPERATOR, "otto"
     if credential == "expired token":
         quiet.auth.tokens = [TokenEntry(name="tess", role="operator", sha256=hash_token("stw_short"),
-                                        expires=datetime_in(3))]
+                                        expires=datetime.now(UTC) + timedelta(seconds=3))]
         token, name = "stw_short", "tess"
     elif credential == "jwt":
         token, name = _short_jwt(3), "jo"
@@ -116,12 +117,6 @@ def test_a_session_ends_with_the_credential_it_was_made_from(quiet: Settings, de
         }.get(credential, "the credential the session was made from has expired: log in again")
         assert api.get("/ui/whoami").status_code == 401
     assert "DRAIN" not in node_states()["n3"]
-
-
-def datetime_in(seconds: float) -> Any:
-    from datetime import UTC, datetime, timedelta
-
-    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 # -- item 6b: logout (and revocation) end an open event stream, in every process ------------
