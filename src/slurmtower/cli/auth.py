@@ -120,8 +120,9 @@ def token_revoke(
                                                 help="Config file (TOML or YAML).")] = None,
 ) -> None:
     """Revoke the token named NAME: every process of the deployment refuses it from its next
-    request, and the dashboard sessions made from it, without a restart (the revocation is in the store, by the token's SHA-256: for good; give
-    the person a new token). Remove its entry from the config at the next change."""
+    request, and the dashboard sessions made from it, without a restart (the revocation is in
+    the store, by the token's SHA-256: for good; give the person a new token). Remove its entry
+    from the config at the next change."""
     import time  # deferred: CLI startup
 
     settings = load_settings(config)
