@@ -459,6 +459,56 @@ def test_a_restart_reads_only_the_queue_lines_that_changed_and_a_kept_queue_too_
             assert cache.full_reads["jobs"] == 0, cache.full_reads
 
 
+@pytest.mark.parametrize("in_subprocess", [True, False], ids=["state-worker", "thread"])
+def test_job_states_are_read_alone_between_full_reads(settings: Settings, jobs: list[int],
+                                                     in_subprocess: bool) -> None:
+    """23.11+: a job held, released or cancelled shows its new state within
+    ``api.state_refresh_interval`` while the full records stay as old as their interval allows
+    (X-State-Age beside X-Data-Age, both in the body); the row says its state is newer than its
+    other fields. 22.05 (no such read): the ages are equal, the state comes with the full read."""
+    release = tuple(int(x) for x in sh("sinfo", "-V").split()[1].split(".")[:2])
+    settings.api.refresh_interval = 120  # no full read during the test, once the first is done
+    settings.api.refresh_controller_share = 0
+    settings.api.refresh_cpu_share = 0
+    settings.api.state_refresh_interval = 0.5
+    settings.api.refresh_in_subprocess = in_subprocess
+    job = sbatch("-J", "two-speeds", "--hold", "--wrap", "sleep 300")
+    jobs.append(job)
+
+    def row(http: httpx.Client) -> tuple[dict[str, Any], dict[str, Any], httpx.Response]:
+        resp = http.get("/queue")
+        body = resp.json()
+        return next(j for j in body["jobs"] if j["job_id"] == job), body, resp
+
+    with api_for(settings) as http:
+        wait_for(lambda: any(j["job_id"] == job for j in http.get("/queue").json()["jobs"]), 30, 0.2,
+                 what="the job in the queue")
+        first, body, _ = row(http)
+        assert first["state"] == "PENDING" and "state_as_of" not in first
+        time.sleep(1.5)  # the full records age (no full read for 120 s): the states must not
+        sh("scancel", str(job))
+        if release < (23, 11):
+            time.sleep(1.5)  # three more state intervals: nothing reads the states alone here
+            again, later, resp = row(http)
+            assert again["state"] == "PENDING" and later["fetched_at"] == body["fetched_at"]
+            assert later["state_fetched_at"] == later["fetched_at"]
+            assert resp.headers["x-state-age"] == resp.headers["x-data-age"]
+            return
+        wait_for(lambda: row(http)[0]["state"] == "CANCELLED", 5, 0.1, what="the state read to show the cancel")
+        now, later, resp = row(http)
+        assert later["fetched_at"] == body["fetched_at"]  # the other fields: the same full read
+        assert now["state_as_of"] > later["fetched_at"] and later["state_fetched_at"] > later["fetched_at"]
+        assert now["name"] == first["name"] and now["state_reason"] == first["state_reason"]  # as of their read
+        assert float(resp.headers["x-state-age"]) < 1.2 < 1.5 < float(resp.headers["x-data-age"])
+        assert sh("squeue", "-h", "--states=all", "-j", str(job), "-o", "%T").strip() == "CANCELLED"
+        # a state read that changes nothing moves the state age, not the bytes
+        etag = resp.headers["etag"]
+        time.sleep(1.2)
+        _, _, again = row(http)
+        assert again.headers["etag"] == etag and float(again.headers["x-state-age"]) < 1.5
+        assert float(again.headers["x-data-age"]) > float(resp.headers["x-data-age"])
+
+
 def _squeue_ids() -> list[int]:
     return [int(x) for x in sh("squeue", "-h", "--states=all", "-o", "%A").split()]
 

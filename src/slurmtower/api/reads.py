@@ -32,8 +32,12 @@ def _answer(rendered: Rendered, if_none_match: str | None, accept_encoding: str,
             clock: Callable[[], float]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """Status, raw headers and body of the answer from ``rendered`` (the route's and the fast
     path's, written once): 304 on a matching ``If-None-Match``, gzip when accepted."""
-    age = max(0.0, clock() - rendered.fetched_mono)
-    headers = [(b"etag", rendered.etag.encode()), (b"x-data-age", b"%.3f" % age), (b"age", b"%d" % int(age)),
+    now = clock()
+    age = max(0.0, now - rendered.fetched_mono)
+    # X-State-Age: how old the job states are (23.11+ reads them alone between full reads;
+    # else they are the full records' and the two ages are equal); X-Data-Age: the oldest field.
+    headers = [(b"etag", rendered.etag.encode()), (b"x-data-age", b"%.3f" % age),
+               (b"x-state-age", b"%.3f" % min(age, rendered.state_age(now))), (b"age", b"%d" % int(age)),
                (b"cache-control", b"no-cache"), (b"vary", b"Accept-Encoding")]
     if rendered.stale:
         headers.append((b"x-data-stale", b"true"))

@@ -110,7 +110,8 @@ class SnapshotKeeper:
             if snap is None or snap.stale or not self.cache.is_own(resource) \
                     or self._kept.get(resource) == snap.generation:
                 continue
-            await asyncio.to_thread(self._write, resource, snap.value, snap.fetched_at)
+            # As the full read gave it (the state reads' overlay is this run's only).
+            await asyncio.to_thread(self._write, resource, self.cache.base_value(resource), snap.fetched_at)
             self._kept[resource] = snap.generation
         return self.interval
 

@@ -101,16 +101,19 @@ def cpu_now() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def render_bytes(data: bytes, fetched_at: datetime, stale: bool,
-                 stale_reason: str | None) -> tuple[bytes, bytes | None, str]:
+def render_bytes(data: bytes, fetched_at: datetime, stale: bool, stale_reason: str | None,
+                 state_fetched_at: datetime | None = None) -> tuple[bytes, bytes | None, str]:
     """Body, gzip (None when small) and weak ETag of a view whose payload serializes to ``data``.
+
+    The body's meta: ``fetched_at`` (when the oldest record it holds was read), and
+    ``state_fetched_at`` (when the states it holds were read: later, where the job states are
+    read alone between full reads; the same otherwise).
 
     The ETag covers the payload only, not ``fetched_at``: a refresh that changes nothing keeps it.
     """
-
-
     etag = 'W/"' + hashlib.blake2b(data, digest_size=12).hexdigest() + ('-s"' if stale else '"')
-    meta: dict[str, Any] = {"fetched_at": fetched_at, "stale": stale}
+    meta: dict[str, Any] = {"fetched_at": fetched_at, "state_fetched_at": state_fetched_at or fetched_at,
+                            "stale": stale}
     if stale:
         meta["stale_reason"] = stale_reason or "slurmctld did not answer"
     head = to_json(meta)

@@ -196,6 +196,10 @@ class Job(BaseModel):
     state: JobState
     state_flags: frozenset[str] = frozenset()
     state_reason: str | None = None
+    state_as_of: datetime | None = None
+    """Set on a live queue row whose state was read after its other fields (23.11+'s state
+    read, between two full reads): when that state was read. Its other fields are as of the
+    answer's ``fetched_at``. ``None``: every field is of one read."""
     nodes: str | None = None
     """Allocated nodes, folded (``n[1-2]``); ``None`` while pending."""
     node_count: int | None = None

@@ -26,11 +26,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import from_json, to_json
+
 from slurmtower.models.job import Job, JobState
 from slurmtower.models.node import Node, node_sort_key
 from slurmtower.nodeset import NodeSet
 
-__all__ = ["JobTable", "NodeTable", "QueueDelta", "job_fragment", "node_fragment"]
+__all__ = ["JobTable", "NodeTable", "QueueDelta", "StateDelta", "job_fragment", "node_fragment"]
 
 
 def job_fragment(job: Job) -> bytes:
@@ -181,6 +183,19 @@ class QueueDelta:
     base: int = 0
 
 
+@dataclass(frozen=True)
+class StateDelta:
+    """Job states read alone (23.11+: ``squeue --only-job-state``), as they changed since the
+    reader's previous read (every job when ``full``): job id -> squeue's state text
+    (``RUNNING``, ``COMPLETING`` ...). What a state read sends to the process that holds the
+    queue; ids are the queue table's keys (a pending array's record is its array job id)."""
+
+    states: dict[int, str]
+    full: bool = False
+    count: int = 0
+    """Jobs in this read."""
+
+
 class JobTable(_Table):
     """The job queue: one row per job record slurmctld holds, ordered by job id.
 
@@ -321,6 +336,32 @@ class JobTable(_Table):
                 cols["partition"][-1] = visible
             frags.append(frag)
         return JobTable(keys, frags, cols)
+
+    def with_states(self, states: Mapping[int, tuple[str, tuple[str, ...]]], as_of: str) -> JobTable:
+        """This table with the state of the jobs in ``states`` (job id -> (base state, flags),
+        read after the rows: a state read) put in their rows, each of those rows marked
+        ``state_as_of`` (the ISO time of that read; its other fields are as of the table's
+        read). Jobs not here are skipped. The columns are copied at C speed and the rows
+        patched: a few ms at 100,000 rows for a few hundred changed."""
+        if not states:
+            return self
+        where = self.positions()
+        frags: list[bytes] = list(self.fragments)
+        state_col: list[Any] = list(self.columns["state"])
+        for job_id, (base, flags) in states.items():
+            row = where.get(job_id)
+            if row is None:
+                continue
+            doc = from_json(frags[row])
+            doc["state"] = base
+            if flags:
+                doc["state_flags"] = list(flags)
+            else:
+                doc.pop("state_flags", None)
+            doc["state_as_of"] = as_of
+            frags[row] = to_json(doc)
+            state_col[row] = base
+        return JobTable(self.keys, frags, {**self.columns, "state": state_col})
 
     def jobs(self, rows: Iterable[int] | None = None) -> list[Job]:
         """The :class:`Job` models of ``rows`` (all rows when ``None``: costly for big queues)."""

@@ -164,6 +164,16 @@ async def _start_snapshots(services: Services) -> None:
                                    timeout=max(60.0, 2 * settings.slurm.command_timeout))
             worker.start()
             cache.worker = worker
+            if cache.states is not None:
+                # A process of its own (a state read never waits behind a full read of the
+                # queue), spawned once the first state read found the release has them.
+                def state_worker(settings: Settings = settings) -> RefreshWorker:
+                    made = RefreshWorker(settings, report=slurm_call_observer,
+                                         timeout=max(30.0, settings.slurm.command_timeout))
+                    made.start()
+                    return made
+
+                cache.state_worker_factory = state_worker
         if cache.shared is not None:
             await cache.shared_round()  # know this process's part before the first request
         if services.keeper is not None:
@@ -198,9 +208,10 @@ async def _close_cluster(services: Services) -> None:
     cache = services.snapshots
     if cache is not None:
         cache.close()
-        worker, cache.worker = cache.worker, None
-        if worker is not None:
-            await worker.close()
+        for worker in (cache.worker, cache.state_worker):
+            if worker is not None:
+                await worker.close()
+        cache.worker = cache.state_worker = None
 
 
 @asynccontextmanager

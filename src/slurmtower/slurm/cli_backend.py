@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NoReturn
 
-from slurmtower.errors import InvalidInput, SlurmError, SlurmRequestError, SlurmUnavailable
+from slurmtower.errors import InvalidInput, SlurmError, SlurmRequestError, SlurmUnavailable, Unsupported
 from slurmtower.models import (
     ClusterConfig,
     ControllerStats,
@@ -32,7 +32,7 @@ from slurmtower.models import (
     Trigger,
 )
 from slurmtower.models.job import array_task_count
-from slurmtower.models.table import JobTable, QueueDelta
+from slurmtower.models.table import JobTable, QueueDelta, StateDelta
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm import adapters as ad
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS, TRIGGER_EVENTS, Capabilities, select_nodes
@@ -115,6 +115,7 @@ class CliSlurmClient:
         self._queue_digest: bytes | None = None
         self._queue_seq = 0
         self._queue_table: JobTable | None = None
+        self._job_states: dict[int, str] = {}
         self._states_text: str | None = None
         self._nodes_memo: dict[str, Node] = {}
         self._nodes_text: str | None = None
@@ -432,6 +433,32 @@ class CliSlurmClient:
             self._queue_memo, self._queue_digest = fresh, digest
             return QueueDelta(keys=tuple(sorted(fresh.values())), rows=rows, full=full,
                               seq=self._queue_seq, base=base)
+
+    def job_state_delta(self, *, full: bool = False) -> StateDelta:
+        """The job states alone, as they changed since this client's previous read (every
+        job's when ``full``): 23.11's ``squeue --only-job-state`` (``REQUEST_JOB_STATE``:
+        slurmctld packs each job's id and state only, not its record).
+
+        Raises :class:`Unsupported` where squeue has no such option (22.05).
+        """
+        res = self.runner.run(["squeue", "--only-job-state", "-h", "--states=all", "-O",
+                               f"JobID:{ad.SEP},State:{ad.SEP}"], check=False)
+        if res.returncode != 0:
+            if "only-job-state" in res.stderr:
+                raise Unsupported("this squeue cannot read job states alone: "
+                                  f"{(res.stderr.strip().splitlines() or [''])[0][:120]}")
+            self._raise_failure(res.argv, res.returncode, res.stderr)
+        now: dict[int, str] = {}
+        for line in res.stdout.split("\n"):
+            job_id, sep, rest = line.partition(ad.SEP)
+            if sep and job_id.isdigit():
+                now[int(job_id)] = rest.partition(ad.SEP)[0]
+        with self._lock:
+            before, self._job_states = self._job_states, now
+        if full or not before:
+            return StateDelta(states=now, full=True, count=len(now))
+        changed = {k: v for k, v in now.items() if before.get(k) != v}
+        return StateDelta(states=changed, count=len(now))
 
     def resume_queue(self, memo: dict[int, int], seq: int) -> None:
         """Go on from the deltas another client made (in this run or an earlier one: the line

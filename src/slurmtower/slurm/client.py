@@ -24,7 +24,7 @@ from slurmtower.models import (
     SlurmVersion,
     Trigger,
 )
-from slurmtower.models.table import JobTable, QueueDelta
+from slurmtower.models.table import JobTable, QueueDelta, StateDelta
 from slurmtower.nodeset import NodeSet
 from slurmtower.slurm.adapters._queue import QUEUE_JOB_FIELDS
 
@@ -130,6 +130,12 @@ class SlurmReads(Protocol):
     def job_queue_delta(self, *, full: bool = False) -> QueueDelta:
         """The queue as it changed since this client's previous delta (every row when
         ``full``): what a refresh worker sends to the process that holds the table."""
+        ...
+
+    def job_state_delta(self, *, full: bool = False) -> StateDelta:
+        """The job states alone (no other field), as they changed since this client's previous
+        read (every job's when ``full``): the cheapest read of the queue where the release has
+        one. Raises :class:`~slurmtower.errors.Unsupported` where it has none."""
         ...
 
     def node_states(self) -> list[Node]:

@@ -337,9 +337,12 @@ def _nodes_with_holds(store: HoldStore, table: NodeTable, rows: Sequence[int], p
 
 def _live_json(cache: SnapshotCache, snap: Snapshot[Any], body: dict[str, Any]) -> JSONResponse:
     """A body joined per request (not cached bytes) with the snapshot's age and staleness."""
-    age = max(0.0, cache.clock() - snap.fetched_mono)
-    headers = {"X-Data-Age": f"{age:.3f}", "Cache-Control": "no-cache"}
-    meta: dict[str, Any] = {"fetched_at": snap.fetched_at.isoformat(), "stale": snap.stale}
+    now = cache.clock()
+    age = max(0.0, now - snap.fetched_mono)
+    headers = {"X-Data-Age": f"{age:.3f}", "X-State-Age": f"{min(age, max(0.0, now - snap.clock.mono)):.3f}",
+               "Cache-Control": "no-cache"}
+    meta: dict[str, Any] = {"fetched_at": snap.fetched_at.isoformat(), "state_fetched_at": snap.clock.at.isoformat(),
+                            "stale": snap.stale}
     if snap.stale:
         headers["X-Data-Stale"] = "true"
         meta["stale_reason"] = snap.error
