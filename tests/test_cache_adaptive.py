@@ -126,3 +126,29 @@ def test_refresh_ahead_keeps_the_data_within_one_interval_while_read_and_stops_a
     assert statistics.median(steady) < statistics.median(steady_late)
     assert made >= 4  # about one round per interval while read
     assert after <= 2  # the rounds stop within two intervals of the last read
+
+
+def test_slurmctlds_share_is_split_between_full_reads_state_reads_and_the_sensors_polls() -> None:
+    """The deployment stays within api.refresh_controller_share: the state reads (while the
+    queue is read) and the sensor's polls come out of it first (the state reads at most half
+    of it, their interval stretched past that), the full reads get what is left (at least a
+    quarter), so the full records' interval is the one that grows."""
+    from slurmtower.live.worker import OffloadSpec
+    from slurmtower.models.table import StateDelta
+
+    cache = SnapshotCache(refresh_interval=1, slurm_wait=5, cpu_share=0, controller_share=0.05, max_interval=60)
+    cache.register("jobs", lambda: None)
+    entry = cache._entries["jobs"]
+    entry.controller, entry.asked_mono = 0.3, cache.clock()  # a full read costs slurmctld 0.3 s
+    assert cache.interval == pytest.approx(6.0)  # 0.3 s in 5 %
+    cache.read_states("jobs", lambda full: StateDelta({}), OffloadSpec("job_states", "job_state_delta"), 1.5)
+    assert cache.states is not None
+    cache.states.controller = 0.015  # one state read: 1 % of slurmctld every 1.5 s
+    cache.other_controller_load = lambda: 0.01  # the sensor's polls: 1 %
+    assert cache.state_interval == 1.5
+    assert cache.interval == pytest.approx(10.0)  # 0.3 s in the 3 % left
+    cache.states.controller = 0.05  # costly state reads: at most half the share, every 2 s
+    assert cache.state_interval == pytest.approx(2.0)
+    assert cache.interval == pytest.approx(20.0)  # 0.3 s in the 1.5 % left
+    cache.other_controller_load = lambda: 0.05  # the rest taken: the full reads keep a quarter
+    assert cache.interval == pytest.approx(24.0)

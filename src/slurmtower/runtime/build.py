@@ -174,6 +174,10 @@ async def _start_snapshots(services: Services) -> None:
                     return made
 
                 cache.state_worker_factory = state_worker
+        # The sensor's node poll (sinfo: the node and partition RPCs a node read makes) every
+        # events.poll_interval, wherever it runs: part of the deployment's share of slurmctld.
+        poll = settings.events.poll_interval
+        cache.other_controller_load = lambda: cache.controller_cost("nodes") / poll
         if cache.shared is not None:
             await cache.shared_round()  # know this process's part before the first request
         if services.keeper is not None:
