@@ -170,6 +170,7 @@ def test_limits_and_their_use(release: str) -> None:
     assert wall and wall[0].value == 30 and wall[0].used is None
     per_user = {uid: {lim.name: lim for lim in limits} for uid, limits in capped.per_user.items()}
     assert per_user and all(u["MaxJobsPU"].value == 1 for u in per_user.values())
+    assert set(per_user) <= {"1001", "1002"}  # by uid (26.05 prints "alice(1001)")
     assert any(u["MaxJobsPU"].reached for u in per_user.values())  # alice runs one capped job
     assert "normal" in state.qos
     accounts = {a.account: a for a in state.associations if a.user is None}

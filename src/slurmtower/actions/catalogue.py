@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
 import slurmtower.actions.jobs  # noqa: F401 - registers the job actions
 import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
+import slurmtower.actions.why  # noqa: F401 - registers slurm.job.why
 from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
 from slurmtower.actions.params import check_program, program_allowed

@@ -18,7 +18,8 @@ import slurmtower.cli.deploy
 import slurmtower.cli.devcluster
 import slurmtower.cli.events
 import slurmtower.cli.misc
-import slurmtower.cli.reports  # noqa: F401
+import slurmtower.cli.reports
+import slurmtower.cli.why  # noqa: F401
 from slurmtower.cli.app import app
 from slurmtower.errors import SlurmtowerError
 

@@ -146,7 +146,8 @@ class QosState(_Model):
     limits: list[Limit] = Field(default_factory=list)
     """Limits on the QOS as a whole (``Grp*``) and on each job (``Max*PJ``, ``Max*PN``, ``Min*``)."""
     per_user: dict[str, list[Limit]] = Field(default_factory=dict)
-    """User (uid, as slurmctld prints it) -> the per-user limits (``Max*PU``) and their use."""
+    """User (uid: ``"1001"``, as 22.05-25.11 print it; 26.05 adds the name, left out here) ->
+    the per-user limits (``Max*PU``) and their use."""
     per_account: dict[str, list[Limit]] = Field(default_factory=dict)
     """Account -> the per-account limits (``Max*PA``) and their use."""
 

@@ -18,8 +18,8 @@ each ``parse_*`` reads what it prints. Measured on 22.05 and 26.05 (tests/fixtur
   ``inf`` for an association with no usage, ``RawShares`` is ``parent`` for ``Fairshare=parent``.
 * ``assoc_mgr`` prints each limit as ``limit(use)``, ``N`` for no limit (``GrpJobs=N(3)``),
   TRES limits as lists of those (``GrpTRES=cpu=4(2),mem=N(200)``), per-job limits without a
-  use (``MaxWallPJ=30``); a QOS's per-user limits under ``User Limits`` by uid, its
-  per-account ones under ``Account Limits``.
+  use (``MaxWallPJ=30``); a QOS's per-user limits under ``User Limits`` by uid (26.05:
+  ``alice(1001)``), its per-account ones under ``Account Limits``.
 """
 
 from __future__ import annotations
@@ -327,7 +327,9 @@ class _Record:
         if self.kind == "qos" and stripped in ("User Limits", "Account Limits"):
             self.scope, self.entity = (self.per_user if stripped == "User Limits" else self.per_account), None
         elif self.scope is not None and "=" not in stripped:
-            self.entity = self.scope.setdefault(stripped, [])
+            # a user by uid (22.05-25.11: "1001"; 26.05: "alice(1001)"), an account by name
+            name, uid = _named(stripped)
+            self.entity = self.scope.setdefault(str(uid) if uid is not None else name or stripped, [])
         elif self.scope is not None and self.entity is not None:
             self.entity.extend(_limits(stripped))
         else:
