@@ -5,6 +5,7 @@ Usage (root, loopback only; the lab is its own devcluster instance beside the de
     .venv/bin/python bench/scale.py                    # 5,000 nodes; 1k, 10k, 50k, 100k jobs
     .venv/bin/python bench/scale.py --quick            # 1,000 and 5,000 jobs, short windows
     .venv/bin/python bench/scale.py --sizes 1000,20000 --duration 10 --window 30
+    .venv/bin/python bench/scale.py --slurm-prefix debian --slurm-prefix /opt/slurm-26.05   # side by side
 
 It brings up (or reuses) the scale lab (``/var/lib/slurmtower/scalelab``, name ``scale``,
 port base 20000: ``devcluster up --nodes N``), fills its queue step by step to each size
@@ -24,13 +25,19 @@ on unless ``--no-access-log``) and measures, beside the lab's slurmrestd (JWT):
 * p99 with 50 clients (``wrk -t2``, ``--duration`` s, Authorization header) of
   ``/queue?limit=100`` and the filtered reads; a route that answers an error is a row
   "n/a (status N)";
-* full ``/queue`` (gzip) size and requests/s against slurmrestd ``/slurm/v0.0.38/jobs``
+* what each read of the service costs slurmctld alone (sdiag around three runs of each): the
+  full queue (``REQUEST_JOB_INFO``), the job states alone (23.11+: ``REQUEST_JOB_STATE``), the
+  node states the sensor polls (``sinfo``) and the nodes;
+* ``X-State-Age`` (the job states: 23.11+ reads them alone between full reads) beside
+  ``X-Data-Age``, and the first answer that is not a kept snapshot (``stale`` false);
+* full ``/queue`` (gzip) size and requests/s against slurmrestd ``/slurm/<newest>/jobs``
   (``--rest-clients`` clients: one slurmrestd request at 100k jobs holds GBs), and the
   RSS peak of slurmrestd meanwhile;
 * a drain of a fifth of the lab's nodes (``--drain``; 1,000 at 5,000) by one ``scontrol
   update``: ``slurm.node.state`` events on ``/events`` within 5 s (then the nodes are resumed).
 
-It prints a markdown table (figures x sizes) and writes it to ``bench/results/scale-<date>.md``.
+It prints a markdown table (figures x release and size) and the targets of issue 43 met or
+missed, and writes them to ``bench/results/scale-<date>.md``.
 At the end every job it submitted is cancelled, the nodes it drained resumed, serve stopped,
 and the lab stopped again if the bench started it. The load generator and Slurm share the
 machine's cores with the service.
@@ -64,9 +71,10 @@ from typing import Any
 import httpx
 import jwt
 
-from slurmtower.devcluster import DevCluster
+from slurmtower.devcluster import DevCluster, find_slurm_installs
 from slurmtower.nodeset import NodeSet
 from slurmtower.settings import load_settings
+from slurmtower.slurm.adapters import queue_format, state_format
 
 LAB_DIR = Path("/var/lib/slurmtower/scalelab")
 LAB_NAME = "scale"
@@ -472,6 +480,21 @@ class Serve:
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,  # noqa: S603
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
+    def first_fresh(self, headers: dict[str, str], timeout: float = 180) -> float:
+        """Seconds from the start to the first /queue answer read in this run (not the kept
+        snapshot of an earlier one, marked stale)."""
+        end = self.started + timeout
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            while time.perf_counter() < end:
+                try:
+                    r = http.get("/queue", params={"limit": 1}, headers=headers)
+                    if r.status_code == 200 and r.json().get("stale") is False:
+                        return time.perf_counter() - self.started
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+        return float("nan")
+
     def wait_ready(self, headers: dict[str, str], timeout: float = 180,
                    more: Sequence[str] = ()) -> tuple[float, float]:
         """Seconds from the start to /ready 200 and to the first /queue 200 (then ``more``
@@ -543,22 +566,24 @@ def serving(cluster: DevCluster, state_dir: Path, **kw: bool) -> Iterator[Serve]
 
 
 def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], window: float,
-                profile: str = "") -> dict[str, Any]:
-    """One client on /queue?limit=100 every 2 s: CPU, RSS, data age and controller time."""
+                profile: str = "", every: float = 1.5) -> dict[str, Any]:
+    """One client on /queue?limit=100 every ``every`` s from the service's first answer on:
+    CPU, RSS, the state and data ages, and controller time."""
     ages: list[float] = []
+    state_ages: list[float] = []
     statuses: list[int] = []
-    time.sleep(2)  # let the first refreshes and the sensor's first polls settle
     pids = tree(serve.proc.pid)
     rpc0 = rpc_times(env)
     cpu0, t0 = cpu_s(pids), time.perf_counter()
     with RssSampler(serve.proc.pid) as rss, httpx.Client(base_url=serve.url, timeout=30, headers=headers) as http, \
             Profile(serve, profile, window, bool(profile)):
-        for i in range(max(1, int(window / 2))):
+        for i in range(max(1, int(window / every))):
             r = http.get("/queue", params={"limit": 100})
             statuses.append(r.status_code)
             if "x-data-age" in r.headers:
                 ages.append(float(r.headers["x-data-age"]))
-            time.sleep(max(0.0, t0 + 2 * (i + 1) - time.perf_counter()))
+                state_ages.append(float(r.headers.get("x-state-age", r.headers["x-data-age"])))
+            time.sleep(max(0.0, t0 + every * (i + 1) - time.perf_counter()))
         cpu1, t1 = cpu_s(tree(serve.proc.pid)), time.perf_counter()
         pids_now = tree(serve.proc.pid)
         own = own_processes(pids_now)
@@ -582,6 +607,9 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
         "rss_peak_mib": rss.peak,
         "age_p50": statistics.median(ages) if ages else float("nan"),
         "age_max": max(ages) if ages else float("nan"),
+        "state_p50": statistics.median(state_ages) if state_ages else float("nan"),
+        "state_max": max(state_ages) if state_ages else float("nan"),
+        "state_reads": float(rpc1.get("REQUEST_JOB_STATE", (0, 0))[0] - rpc0.get("REQUEST_JOB_STATE", (0, 0))[0]),
         "bad_status": float(sum(1 for s in statuses if s != 200)),
         "ctld_pct": 100 * ctld_s / wall,
         "rpcs_per_s": rpcs / wall,
@@ -783,18 +811,54 @@ def fmt_ratio(a: float, b: float) -> str:
     return f"x{a / b:,.0f}" if b else "n/a"
 
 
+#: What each read of the service costs slurmctld: (label, argv, the RPC it makes).
+READS = (
+    ("full queue", ["squeue", "-h", "--states=all", "-O", queue_format()], "REQUEST_JOB_INFO"),
+    ("job states", ["squeue", "--only-job-state", "-h", "--states=all", "-O", "JobID,State"], "REQUEST_JOB_STATE"),
+    ("node states", ["sinfo", "-h", "--all", "-O", state_format()], "REQUEST_NODE_INFO"),
+    ("nodes", ["scontrol", "-o", "show", "node"], "REQUEST_NODE_INFO"),
+)
+
+
+def read_costs(env: dict[str, str], repeat: int = 3) -> str:
+    """slurmctld's ms per RPC of each of :data:`READS` (sdiag's total time around ``repeat``
+    runs of it; the service is not running meanwhile), "-" where the release has no such read."""
+    shown = []
+    for _label, argv, rpc in READS:
+        before = rpc_times(env)
+        ok = all(subprocess.run(argv, capture_output=True, env=env, check=False, timeout=600).returncode == 0
+                 for _ in range(repeat))
+        after = rpc_times(env)
+        n = after.get(rpc, (0, 0))[0] - before.get(rpc, (0, 0))[0]
+        us = after.get(rpc, (0, 0))[1] - before.get(rpc, (0, 0))[1]
+        shown.append(f"{us / 1000 / n:,.1f}" if ok and n else "-")
+    return " / ".join(shown)
+
+
+#: Per column: the figures the targets are checked on (issue 43).
+TARGETS: dict[str, dict[str, float]] = {}
+
+
 def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, reader: dict[str, str],
-                 rest: dict[str, str], drain_set: NodeSet) -> dict[str, str]:
+                 rest: dict[str, str], drain_set: NodeSet, column_key: str = "") -> dict[str, str]:
     env = cluster.command_env()
     col: dict[str, str] = {}
     col["jobs / records (squeue -r / squeue)"] = (f"{squeue_count(env, '-r'):,} / {squeue_count(env):,}")
     interval = load_settings(cluster.tower_conf, environ={}).api.refresh_interval
     state_dir = cluster.root / "bench-serve"
+    col["slurmctld ms per read (sdiag): full queue / job states / node states (sinfo) / nodes (scontrol)"] = \
+        read_costs(env)
     with serving(cluster, state_dir, access_log=args.access_log) as serve:
         ready, first = serve.wait_ready(reader)
-        col["start-up: /ready, first /queue 200 (s)"] = f"{ready:.2f}, {first:.2f}"
+        fresh = serve.first_fresh(reader)
+        col["start-up: /ready, first /queue 200, first fresh /queue (s)"] = f"{ready:.2f}, {first:.2f}, {fresh:.2f}"
         w = poll_window(serve, reader, env, args.window,
-                        f"{queue.jobs:,} jobs: one poller, {args.window:g} s" if args.profile else "")
+                        f"{queue.jobs:,} jobs: one poller, {args.window:g} s" if args.profile else "",
+                        every=args.poll_every)
+        col[f"X-State-Age p50 / max (s; one poller every {args.poll_every:g} s)"] = (
+            f"{w['state_p50']:.1f} / {w['state_max']:.1f}")
+        col["job state reads in that window: every ... s (REQUEST_JOB_STATE)"] = (
+            f"{w['wall'] / w['state_reads']:.1f} s" if w["state_reads"] else "none (no such read on this release)")
         col["RSS of the service's processes (MiB, idle / peak)"] = f"{w['rss_mib']:.0f} / {w['rss_peak_mib']:.0f}"
         col["PSS of the service's processes, idle (MiB: shared pages counted once)"] = f"{w['pss_mib']:.0f}"
         col["RSS idle without the Slurm commands it runs at that moment (MiB)"] = (
@@ -802,19 +866,25 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         col["refresh CPU, one poller (% of a core)"] = f"{w['cpu_pct']:.1f}"
         col[f"X-Data-Age p50 / max (s; interval {interval:g} s)"] = (
             f"{w['age_p50']:.1f} / {w['age_max']:.1f} (x{w['age_max'] / interval:.1f})")
+        TARGETS.setdefault(column_key, {}).update(w)
+        TARGETS[column_key]["fresh"] = fresh
         col["slurmctld time in RPCs, one poller (% of wall)"] = f"{w['ctld_pct']:.2f} ({w['rpcs_per_s']:.2f} RPC/s)"
         col["queue reads in that window: every ... s, slurmctld ms each (REQUEST_JOB_INFO)"] = (
             f"{w['wall'] / w['job_reads']:.1f} s, {w['job_read_ms']:,.0f} ms" if w["job_reads"] else "none")
         col["refresh interval in force at the window's end (api.refresh_cpu_share, refresh_controller_share)"] = (
             w["adapted"])
+        p99s = []
         for route in routes_for(cluster.node_count):
             log(f"  wrk {route.label} ...")
-            col[f"p99 {route.label}, {args.clients} clients"] = route_p99(
+            col[f"p99 {route.label}, {args.clients} clients"] = shown = route_p99(
                 serve, route, reader, args.clients, args.duration,
                 f"{queue.jobs:,} jobs: {route.label}, {args.clients} clients" if args.profile else "")
+            p99s.append(float(shown.split()[0].replace(",", "")) if shown[0].isdigit() else float("inf"))
+        TARGETS[column_key]["p99_max"] = max(p99s, default=float("nan"))
         # the full lists against slurmrestd (its /jobs past --rest-max-jobs would hold more
         # memory than the machine has: 8 GiB at 50,000 jobs)
-        lists = [("/queue", "/slurm/v0.0.38/jobs"), ("/nodes", "/slurm/v0.0.38/nodes")]
+        api = rest_api(cluster)
+        lists = [("/queue", f"/slurm/{api}/jobs"), ("/nodes", f"/slurm/{api}/nodes")]
         if queue.jobs > args.rest_max_jobs:
             lists = lists[1:]
             col["full /queue on the wire (gzip) vs slurmrestd"] = (
@@ -843,7 +913,9 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
                     f"{rss_r.peak:,.0f} MiB, {1000 * ctld_s / max(1, r_load.requests):,.1f} ms "
                     f"({n_rpc / max(1, r_load.requests):.1f} RPC/request)")
         col["RSS of the service's processes, peak under load (MiB)"] = f"{max(rss_t.peak, w['rss_peak_mib']):.0f}"
+        TARGETS[column_key]["rss_load"] = max(rss_t.peak, w["rss_peak_mib"])
         count, last, total = drain_events(serve, reader, env, drain_set)
+        TARGETS[column_key]["drain_last"] = last if count == len(drain_set) else float("inf")
         resume(drain_set, env)
         col[f"drain of {len(drain_set):,} nodes: events within 5 s"] = (
             f"{count:,} (last at {last:.2f} s; {total:,} by 15 s)")
@@ -854,8 +926,10 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         again = Serve(cluster, state_dir, access_log=args.access_log)
         try:
             ready, first = again.wait_ready(reader)
-            col["restart with kept snapshots: /ready, first /queue 200 (s)"] = (
-                f"{ready:.2f}, {first:.2f} (kept: {', '.join(kept) or 'none'})")
+            fresh = again.first_fresh(reader)
+            col["restart with kept snapshots: /ready, first /queue 200, first fresh /queue (s)"] = (
+                f"{ready:.2f}, {first:.2f}, {fresh:.2f} (kept: {', '.join(kept) or 'none'})")
+            TARGETS[column_key]["fresh_restart"] = fresh
         finally:
             again.stop()
     if args.stripped:
@@ -866,6 +940,17 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
             col["stripped (anonymous, no sensor/archiver/access log): CPU %, RSS MiB, p99 limit=100"] = (
                 f"{w['cpu_pct']:.1f}, {w['rss_mib']:.0f}, {p99}")
     return col
+
+
+def rest_api(cluster: DevCluster) -> str:
+    """The newest slurmrestd API version the lab's release offers (v0.0.38 on 22.05, v0.0.45 on 26.05)."""
+    from slurmtower.slurm import RestSlurmClient
+
+    rest = RestSlurmClient(cluster_rest(cluster), user="root", jwt_key_file=cluster.jwt_key)
+    try:
+        return rest.capabilities().rest_api_versions[-1]
+    finally:
+        rest.close()
 
 
 def cluster_rest(cluster: DevCluster) -> str:
@@ -881,15 +966,132 @@ def rest_pid_of(cluster: DevCluster) -> int:
     return value
 
 
-def table(columns: dict[int, dict[str, str]], header: list[str]) -> str:
+def table(columns: dict[str, dict[str, str]], header: list[str]) -> str:
     rows: list[str] = []
     for col in columns.values():
         rows += [k for k in col if k not in rows]
-    sizes = list(columns)
-    out = [*header, "", "| figure | " + " | ".join(f"{s:,} jobs" for s in sizes) + " |",
-           "|---|" + "---|" * len(sizes)]
-    out += ["| " + row + " | " + " | ".join(columns[s].get(row, "") for s in sizes) + " |" for row in rows]
+    keys = list(columns)
+    out = [*header, "", "| figure | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    out += ["| " + row + " | " + " | ".join(columns[k].get(row, "") for k in keys) + " |" for row in rows]
     return "\n".join(out) + "\n"
+
+
+def verdicts() -> list[str]:
+    """Issue 43's targets against each column's figures: met or missed, by how much."""
+    checks = (("job-state age p50 <= 2 s", "state_p50", 2.0), ("job-state age max <= 4 s", "state_max", 4.0),
+              ("full-record age max <= 15 s", "age_max", 15.0), ("first fresh answer <= 5 s", "fresh", 5.0),
+              ("slurmctld time in slurmtower's RPCs <= 5 %", "ctld_pct", 5.0),
+              ("RSS <= 450 MiB under 50 clients", "rss_load", 450.0), ("filters p99 <= 50 ms", "p99_max", 50.0),
+              ("drain -> every event <= 2 s", "drain_last", 2.0))
+    out = ["", "## Targets (issue 43)", "", "| target | " + " | ".join(TARGETS) + " |",
+           "|---|" + "---|" * len(TARGETS)]
+    for label, key, limit in checks:
+        cells = []
+        for figures in TARGETS.values():
+            value = figures.get(key, float("nan"))
+            cells.append("n/a" if math.isnan(value) else
+                         f"{value:,.2f} {'met' if value <= limit else 'MISSED'}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+def run_release(args: argparse.Namespace, prefix: Path | None, sizes: list[int], columns: dict[str, dict[str, str]],
+                header: list[str]) -> Queue:
+    """Every size on the lab of one release (``prefix``; None: Debian's 22.05): the lab brought
+    up (or reused), filled, measured, emptied and stopped as found."""
+    lab_dir, lab_name = LAB_DIR, LAB_NAME
+    if prefix is not None:
+        found = [i for i in find_slurm_installs({'SLURMTOWER_TEST_SLURM_PREFIXES': str(prefix)})
+                 if i.prefix == prefix.resolve()]
+        if not found:
+            raise SystemExit(f"--slurm-prefix {prefix}: no Slurm install there (make slurm-releases)")
+        lab_dir, lab_name = LAB_DIR.with_name(f"scalelab-{found[0].tag}"), f"scale{found[0].tag}"
+    earlier = DevCluster(root=lab_dir, cluster_name=lab_name, slurm_prefix=prefix)
+    was_nodes = earlier.node_count
+    if earlier.is_up() and lab_port_base(was_nodes) != lab_port_base(args.nodes):
+        earlier.down()  # its ports move: stop it first
+    cluster = DevCluster(root=lab_dir, cluster_name=lab_name, port_base=lab_port_base(args.nodes), nodes=args.nodes,
+                         slurm_prefix=prefix, log=lambda m: log(f"  {m}"))
+    was_up = cluster.is_up()
+    log(f"scale lab: {args.nodes} nodes in {lab_dir} ({'reused' if was_up else 'starting it'})")
+    took = cluster.up()
+    env = cluster.command_env()
+    queue = Queue()
+    if args.keep_queue:
+        adopt_leftovers(queue, env)
+        log(f"  --keep-queue: {queue.jobs:,} jobs in {queue.records:,} records an earlier run left are this run's")
+    else:
+        leftovers = cancel_leftovers(env)
+        if leftovers:
+            log(f"  cancelled {leftovers} jobs an earlier run left")
+    tokens = cluster.demo_tokens()
+    reader = {"Authorization": f"Bearer {tokens['reader']}"}
+    rest = rest_headers(cluster.tower_conf)
+    # --drain nodes without slurmd per size, a fresh set each time (all of them in a smaller lab):
+    # 22.05 turns a drained and resumed never-registered node down* 20 s later
+    span = args.drain or max(1000, args.nodes // 5)
+    drain_sets = [NodeSet(f"n[{a}-{a + span - 1}]") for a in range(span + 1, args.nodes - span + 2, span)] or [
+        NodeSet(f"n[5-{min(args.nodes, span + 4)}]")]
+    drained = NodeSet()
+
+    rng = random.Random(10)  # noqa: S311 - a reproducible queue, not a secret
+    release = subprocess.run(["sinfo", "-V"], capture_output=True, text=True, env=env, check=True,
+                             timeout=60).stdout.split()[1]
+    header.append(f"Slurm {release} ({prefix or 'Debian'}): {args.nodes:,} nodes in {lab_dir}, up in {took:.1f} s.")
+    try:
+        running = subprocess.run(["squeue", "-h", "-n", RUN_NAME, "-t", "running", "-o", "%i"], capture_output=True,
+                                 text=True, env=env, check=True, timeout=60).stdout.split()
+        if not running:
+            submit_running(queue, env)
+        for step, size in enumerate(sizes):
+            drain_set = drain_sets[step % len(drain_sets)]
+            drained = drained | drain_set
+            log(f"filling the queue to {size:,} jobs ...")
+            calls_rate, jobs_rate = fill(queue, size, env, array_share=args.array_share,
+                                         workers=args.submit_workers, rng=rng)
+            log(f"  {queue.jobs:,} jobs in {queue.records:,} records; this step {calls_rate:,.0f} sbatch/s, "
+                f"{jobs_rate:,.0f} jobs/s")
+            log(f"measuring at {size:,} jobs ...")
+            for attempt in range(1, 4):
+                try:
+                    col = measure_size(cluster, queue, args, reader, rest, drain_set, f"{release} {size:,}")
+                    break
+                except ServeDied as exc:
+                    if attempt == 3:
+                        raise
+                    log(f"  {exc}: measuring again ({attempt + 1}/3)")
+                    resume(drain_set, env)
+            if not math.isnan(calls_rate):  # nan: nothing submitted in this step (--keep-queue)
+                col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
+            columns[f"{release} {size:,}"] = col
+            log(json.dumps(col, indent=1))
+    finally:
+        if args.keep_queue:
+            log(f"--keep-queue: {queue.jobs:,} jobs left queued for the next run (a run without it cancels them)")
+        else:
+            log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
+            cancel(queue.ids, env)
+        if _FAILURES:
+            log(f"  {len(_FAILURES)} sbatch calls failed, the first with: {_FAILURES[0]}")
+        leftovers = 0 if args.keep_queue else cancel_leftovers(env)  # an sbatch that reported a failure
+        if leftovers:
+            log(f"  cancelled {leftovers} more jobs of the bench's names")
+        if drained:
+            resume(drained, env)
+            if was_up:
+                log(f"  {drained} back to unknown*: slurmctld restarted without its node states")
+                cluster.reset_node_states()
+        if not was_up and args.keep_queue:
+            log(f"--keep-queue: the lab stays up (devcluster down --dir {lab_dir} stops it)")
+        elif not was_up:
+            cluster.down()
+            for saved in (cluster.root / "state").glob("node_state*"):
+                saved.unlink()
+        elif was_nodes != args.nodes:
+            log(f"  the lab had {was_nodes} nodes: bringing it back")
+            DevCluster(root=lab_dir, cluster_name=lab_name, port_base=lab_port_base(was_nodes), nodes=was_nodes,
+                       slurm_prefix=prefix, log=lambda m: log(f"  {m}")).up()
+    return queue
 
 
 def main() -> None:
@@ -916,6 +1118,10 @@ def main() -> None:
                          "--keep-queue run left (measure again without refilling; a run without it cancels them)")
     ap.add_argument("--out", default="", help="results file name under bench/results/ (default: by date)")
     ap.add_argument("--stripped", action="store_true", help="an extra row: anonymous, sensor and archiver off")
+    ap.add_argument("--slurm-prefix", action="append", default=[],
+                    help="run on the Slurm installed there (e.g. /opt/slurm-26.05; 'debian' for Debian's 22.05); "
+                         "repeat it to run the releases one after the other, their columns side by side")
+    ap.add_argument("--poll-every", type=float, default=1.5, help="seconds between the one poller's requests")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.duration, args.window = "1000,5000", 5.0, 10.0
@@ -924,105 +1130,27 @@ def main() -> None:
         raise SystemExit("bench/scale.py runs as root (it brings up the lab and submits as its users)")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
-
-    earlier = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME)
-    was_nodes = earlier.node_count
-    if earlier.is_up() and lab_port_base(was_nodes) != lab_port_base(args.nodes):
-        earlier.down()  # its ports move: stop it first
-    cluster = DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(args.nodes), nodes=args.nodes,
-                         log=lambda m: log(f"  {m}"))
-    was_up = cluster.is_up()
-    log(f"scale lab: {args.nodes} nodes in {LAB_DIR} ({'reused' if was_up else 'starting it'})")
-    took = cluster.up()
-    env = cluster.command_env()
-    queue = Queue()
-    if args.keep_queue:
-        adopt_leftovers(queue, env)
-        log(f"  --keep-queue: {queue.jobs:,} jobs in {queue.records:,} records an earlier run left are this run's")
-    else:
-        leftovers = cancel_leftovers(env)
-        if leftovers:
-            log(f"  cancelled {leftovers} jobs an earlier run left")
-    tokens = cluster.demo_tokens()
-    reader = {"Authorization": f"Bearer {tokens['reader']}"}
-    rest = rest_headers(cluster.tower_conf)
-    # --drain nodes without slurmd per size, a fresh set each time (all of them in a smaller lab):
-    # 22.05 turns a drained and resumed never-registered node down* 20 s later
-    span = args.drain or max(1000, args.nodes // 5)
-    drain_sets = [NodeSet(f"n[{a}-{a + span - 1}]") for a in range(span + 1, args.nodes - span + 2, span)] or [
-        NodeSet(f"n[5-{min(args.nodes, span + 4)}]")]
-    drained = NodeSet()
-
-    rng = random.Random(10)  # noqa: S311 - a reproducible queue, not a secret
-    columns: dict[int, dict[str, str]] = {}
+    prefixes = [None if p in ("debian", "/usr") else Path(p) for p in args.slurm_prefix] or [None]
+    columns: dict[str, dict[str, str]] = {}
     header = [f"# slurmtower scale lab, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
-              f"{args.nodes:,} nodes (n1-n4 with slurmd), Slurm 22.05; {os.cpu_count()} cores shared by "
-              f"Slurm, the service and the load generator. slurmtower serve: the lab's slurmtower.toml "
-              f"(auth on, reader token, sensor and archiver on, access log {'on' if args.access_log else 'off'}); "
-              f"wrk -t2 -c{args.clients} -d{args.duration:g}s; slurmrestd with {args.rest_clients} client(s); "
-              f"one-poller window {args.window:g} s. Lab up in {took:.1f} s."]
-    try:
-        running = subprocess.run(["squeue", "-h", "-n", RUN_NAME, "-t", "running", "-o", "%i"], capture_output=True,
-                                 text=True, env=env, check=True, timeout=60).stdout.split()
-        if not running:
-            submit_running(queue, env)
-        for step, size in enumerate(sizes):
-            drain_set = drain_sets[step % len(drain_sets)]
-            drained = drained | drain_set
-            log(f"filling the queue to {size:,} jobs ...")
-            calls_rate, jobs_rate = fill(queue, size, env, array_share=args.array_share,
-                                         workers=args.submit_workers, rng=rng)
-            log(f"  {queue.jobs:,} jobs in {queue.records:,} records; this step {calls_rate:,.0f} sbatch/s, "
-                f"{jobs_rate:,.0f} jobs/s")
-            log(f"measuring at {size:,} jobs ...")
-            for attempt in range(1, 4):
-                try:
-                    col = measure_size(cluster, queue, args, reader, rest, drain_set)
-                    break
-                except ServeDied as exc:
-                    if attempt == 3:
-                        raise
-                    log(f"  {exc}: measuring again ({attempt + 1}/3)")
-                    resume(drain_set, env)
-            if not math.isnan(calls_rate):  # nan: nothing submitted in this step (--keep-queue)
-                col["submit rate this step (sbatch calls/s, jobs/s)"] = f"{calls_rate:,.0f}, {jobs_rate:,.0f}"
-            columns[size] = col
-            log(json.dumps(col, indent=1))
-    finally:
-        if args.keep_queue:
-            log(f"--keep-queue: {queue.jobs:,} jobs left queued for the next run (a run without it cancels them)")
-        else:
-            log(f"cleaning up: cancelling {len(queue.ids):,} job ids ...")
-            cancel(queue.ids, env)
-        if _FAILURES:
-            log(f"  {len(_FAILURES)} sbatch calls failed, the first with: {_FAILURES[0]}")
-        leftovers = 0 if args.keep_queue else cancel_leftovers(env)  # an sbatch that reported a failure
-        if leftovers:
-            log(f"  cancelled {leftovers} more jobs of the bench's names")
-        if drained:
-            resume(drained, env)
-            if was_up:
-                log(f"  {drained} back to unknown*: slurmctld restarted without its node states")
-                cluster.reset_node_states()
-        if not was_up and args.keep_queue:
-            log("--keep-queue: the lab stays up (devcluster down --dir /var/lib/slurmtower/scalelab stops it)")
-        elif not was_up:
-            cluster.down()
-            for saved in (cluster.root / "state").glob("node_state*"):
-                saved.unlink()
-        elif was_nodes != args.nodes:
-            log(f"  the lab had {was_nodes} nodes: bringing it back")
-            DevCluster(root=LAB_DIR, cluster_name=LAB_NAME, port_base=lab_port_base(was_nodes), nodes=was_nodes,
-                       log=lambda m: log(f"  {m}")).up()
+              f"{args.nodes:,} nodes (n1-n4 with slurmd); {os.cpu_count()} cores shared by Slurm, the service and "
+              f"the load generator. slurmtower serve: the lab's slurmtower.toml (auth on, reader token, sensor and "
+              f"archiver on, access log {'on' if args.access_log else 'off'}); wrk -t2 -c{args.clients} "
+              f"-d{args.duration:g}s; slurmrestd with {args.rest_clients} client(s); one poller every "
+              f"{args.poll_every:g} s for {args.window:g} s from the first answer on.", ""]
+    queues: list[Queue] = []
+    for prefix in prefixes:
+        queues.append(run_release(args, prefix, sizes, columns, header))
     if columns:
-        if queue.submit_s > 0:
-            header.append(f"Submission: {queue.calls:,} sbatch calls ({args.submit_workers} in parallel, "
-                          f"{args.array_share:.0%} of the jobs in arrays) in {queue.submit_s:.0f} s: "
-                          f"{queue.calls / queue.submit_s:,.0f} calls/s, {queue.jobs / queue.submit_s:,.0f} "
-                          f"jobs/s; {queue.errors} failed.")
-        else:
+        submitted = [q for q in queues if q.submit_s > 0]
+        for q in submitted:
+            header.append(f"Submission: {q.calls:,} sbatch calls ({args.submit_workers} in parallel, "
+                          f"{args.array_share:.0%} of the jobs in arrays) in {q.submit_s:.0f} s: "
+                          f"{q.calls / q.submit_s:,.0f} calls/s, {q.jobs / q.submit_s:,.0f} "
+                          f"jobs/s; {q.errors} failed.")
+        if not submitted:
             header.append("Submission: none in this run (--keep-queue: the queue an earlier run left).")
-        text = table(columns, header)
+        text = table(columns, header) + "\n".join(verdicts()) + "\n"
         if PROFILES:
             text += "\n## Where the time goes (py-spy, --profile)\n\n" + "\n".join(PROFILES)
         print("\n" + text)
