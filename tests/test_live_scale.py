@@ -192,6 +192,41 @@ def test_node_pages_give_every_node_once_in_natural_order(queue: DevCluster, sca
         assert _walk(http, "/nodes", "nodes", "name", 128) == names
 
 
+def test_the_state_and_data_ages_are_honest_against_squeue(queue: DevCluster, scale_settings: Settings) -> None:
+    """A service answering while a hundred of the module's held jobs are cancelled: every
+    answer whose ``X-State-Age`` says its states were read after the cancel shows them
+    cancelled (squeue's state), and every one whose ``X-Data-Age`` says so too; the ages never
+    claim more than the answers hold. (23.11+ reads the states alone: they come within
+    ``api.state_refresh_interval``; 22.05 with the full records.)"""
+    scale_settings.api.refresh_in_subprocess = True
+    victims = sorted(OURS)[-100:]
+    with api_for(scale_settings) as http:
+        page = {j["job_id"]: j for j in http.get("/queue", params={"name": f"{NAME}-3"}).json()["jobs"]}
+        assert page and all(j["state"] == "PENDING" for j in page.values())
+        t0 = time.monotonic()
+        scale_sh(queue, "scancel", *map(str, victims))
+        cancelled_at = time.monotonic()  # squeue says CANCELLED from here on (checked below)
+        assert set(scale_sh(queue, "squeue", "-h", "-t", "cancelled", "-o", "%A").split()) >= set(map(str, victims))
+        seen_by_state = None
+        while time.monotonic() - t0 < 60:
+            resp = http.get("/queue", params={"state": "CANCELLED"})
+            now = time.monotonic()
+            shown = {j["job_id"] for j in resp.json()["jobs"]}
+            state_age, data_age = float(resp.headers["x-state-age"]), float(resp.headers["x-data-age"])
+            assert state_age <= data_age + 0.001
+            if now - state_age > cancelled_at:  # its states were read after the cancel
+                assert shown >= set(victims), (state_age, len(set(victims) - shown))
+                seen_by_state = now - cancelled_at
+                if now - data_age > cancelled_at:
+                    break
+            time.sleep(0.2)
+        assert seen_by_state is not None, "no answer read the states after the cancel within 60 s"
+    interval = scale_settings.api.state_refresh_interval
+    release = tuple(int(x) for x in scale_sh(queue, "sinfo", "-V").split()[1].split(".")[:2])
+    if release >= (23, 11):
+        assert seen_by_state < 3 * interval + 2  # the states alone, not the full records' interval
+
+
 @pytest.fixture()
 def scale_sensor(scale_cluster: DevCluster) -> Iterator[SensorProcess]:
     sensor = SensorProcess(scale_cluster, extra_env={"SLURMTOWER_EVENTS__POLL_INTERVAL": "1"})
