@@ -262,6 +262,7 @@ def test_an_unknown_code_is_shown_as_itself() -> None:
 
 @pytest.mark.parametrize(("text", "code", "detail"), [
     ("ReqNodeNotAvail, UnavailableNodes:n4", "ReqNodeNotAvail", "UnavailableNodes:n4"),
+    ("ReqNodeNotAvail,_UnavailableNodes:n4", "ReqNodeNotAvail", "UnavailableNodes:n4"),  # scontrol -o
     ("Priority", "Priority", None),
     ("BeginTime,JobHeldAdmin", "BeginTime", "JobHeldAdmin"),
     (None, None, None),

@@ -43,6 +43,7 @@ ROUTE_MODULES = (
     "clusters",  # /clusters, /clusters/{cluster}, /clusters/{cluster}/ready
     "live",
     "history",
+    "why",  # /jobs/{job_id}/why, /fairshare
     "reports",  # /reports/{usage,efficiency,waits,availability}
     "load",
     "events",
@@ -55,11 +56,12 @@ ROUTE_MODULES = (
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
     "ui_pages",  # /ui/partitions, /ui/reservations
     "ui_reports",  # /ui/reports
+    "ui_fairshare",  # /ui/fairshare
 )
 
 #: The route modules also served per cluster, under ``/clusters/{cluster}`` (their routes take
 #: ``?cluster=`` on their own paths too): what reads or acts on one cluster's Slurm or accounting.
-CLUSTER_ROUTE_MODULES = ("live", "history", "reports", "load", "actions", "events", "hooks")
+CLUSTER_ROUTE_MODULES = ("live", "history", "why", "reports", "load", "actions", "events", "hooks")
 
 #: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
 ROUTE_PARTS: dict[str, tuple[str, ...]] = {
@@ -67,6 +69,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "clusters": (),
     "live": ("live",),
     "history": ("accounting",),
+    "why": ("live",),
     "reports": ("accounting", "live"),
     "load": ("live", "archive"),
     "events": ("events",),
@@ -79,6 +82,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "ui_nodes": ("live",),
     "ui_pages": ("live",),
     "ui_reports": ("accounting", "live"),
+    "ui_fairshare": ("live",),
 }
 
 

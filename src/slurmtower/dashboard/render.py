@@ -22,6 +22,7 @@ NAV: tuple[tuple[str, str], ...] = (
     ("/ui/partitions", "Partitions"),
     ("/ui/reservations", "Reservations"),
     ("/ui/reports", "Reports"),
+    ("/ui/fairshare", "Fair share"),
 )
 
 env = Environment(loader=PackageLoader("slurmtower.dashboard", "templates"),

@@ -351,7 +351,8 @@ def split_reason(text: str | None) -> tuple[str | None, str | None]:
     if not text:
         return None, None
     code, _sep, rest = text.strip().partition(",")
-    return code.strip() or None, rest.strip() or None
+    # scontrol -o writes the space after the comma as "_" (ReqNodeNotAvail,_UnavailableNodes:n4)
+    return code.strip() or None, rest.strip(" _") or None
 
 
 def reason_info(code: str | None) -> ReasonInfo:

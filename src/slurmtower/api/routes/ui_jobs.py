@@ -19,16 +19,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from slurmtower.accounting import check_names
+from slurmtower.actions.why import SnapshotSources, check_access, explain, names_shown
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.dashboard import jobs_view as v
 from slurmtower.dashboard.render import page_context, render
-from slurmtower.errors import AccountingUnavailable, InvalidInput, SlurmtowerError
+from slurmtower.errors import AccountingUnavailable, InvalidInput, PermissionDenied, SlurmtowerError
 from slurmtower.models import Job, JobState, JobStep
 from slurmtower.models.accounting import HistoryJob, HistoryPage, HistoryStep
 from slurmtower.models.node import node_sort_key
 from slurmtower.models.table import JobTable
+from slurmtower.models.why import JobWhy
 from slurmtower.runtime import Services
 from slurmtower.visibility import Visibility
 
@@ -152,6 +154,7 @@ async def job_page(job_id: str, services: ClusterDep, principal: Reader) -> HTML
         return _page("job.html", services, principal, active, status_code=404, job_id=jid, missing=where,
                      now=v.time_text(datetime.now(UTC)))
 
+    why, why_note = await _why(services, principal, main)
     now = datetime.now(UTC)
     times = v.job_times(main, now) if main is not None else (None, None)
     shown: Job | HistoryJob | None = main or (runs[0].record if runs else None)
@@ -163,8 +166,27 @@ async def job_page(job_id: str, services: ClusterDep, principal: Reader) -> HTML
         elapsed=times[0], left=times[1], runs=runs, acct_note=acct_note,
         private=_private(policy, principal, shown) if shown is not None else {},
         sees_private=shown is not None and policy.sees_private(principal, shown.user_name),
-        now=v.time_text(now),
+        why=why, why_note=why_note, now=v.time_text(now),
     )
+
+
+async def _why(services: Services, principal: Principal, job: Job | None) -> tuple[JobWhy | None, str | None]:
+    """The "Why is it waiting" panel of a pending job: its explanation (the one ``GET
+    /jobs/{id}/why`` gives, from the same snapshots), or why there is none."""
+    if job is None or job.state is not JobState.PENDING:
+        return None, None
+    try:
+        check_access(principal.role, principal.name, [job])
+    except PermissionDenied:
+        return None, "shown to the job's owner, operators and admins"
+    policy = Visibility.from_settings(services.settings)
+    try:
+        jobs, nodes, partitions = await services.live().cache.get_all("jobs", "nodes", "partitions")
+        src = SnapshotSources(services.client, jobs.value, nodes.value, partitions.value, visibility=policy)
+        why = await asyncio.to_thread(explain, job, src, show=names_shown(policy, principal))
+    except SlurmtowerError as exc:
+        return None, f"not available: {exc.message}"
+    return why, None
 
 
 # -- /ui/history -------------------------------------------------------------------------------------
