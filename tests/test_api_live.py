@@ -509,6 +509,41 @@ def test_job_states_are_read_alone_between_full_reads(settings: Settings, jobs: 
         assert float(again.headers["x-data-age"]) > float(resp.headers["x-data-age"])
 
 
+def test_node_states_come_from_the_sensors_polls_between_full_reads(settings: Settings, devcluster: DevCluster) -> None:
+    """Where the sensor runs in the serving process, its poll (every events.poll_interval)
+    puts a node's new state in /nodes at once, marked state_as_of, while the full records keep
+    their own interval (X-State-Age beside X-Data-Age); undone the same way."""
+    settings.api.refresh_interval = 120
+    settings.api.refresh_controller_share = 0
+    settings.api.refresh_cpu_share = 0
+    settings.auth.anonymous_read = True
+    settings.archiver.archive_usage_load = False
+    settings.events.sensor_enabled = True
+    settings.events.poll_interval = 0.5
+
+    def n2(http: httpx.Client) -> tuple[dict[str, Any], dict[str, Any], httpx.Response]:
+        resp = http.get("/nodes")
+        body = resp.json()
+        return next(n for n in body["nodes"] if n["name"] == "n2"), body, resp
+
+    with running(create_app(settings)) as http:
+        first, body, _ = n2(http)
+        assert "DRAIN" not in first.get("flags", []) and "state_as_of" not in first
+        time.sleep(1.5)  # the full records age (no full read for 120 s): the state must not
+        sh("scontrol", "update", "nodename=n2", "state=drain", "reason=two speeds")
+        try:
+            wait_for(lambda: "DRAIN" in n2(http)[0].get("flags", []), 10, 0.1, what="the poll to show the drain")
+            now, later, resp = n2(http)
+            assert later["fetched_at"] == body["fetched_at"] and now["reason"] == "two speeds"
+            assert now["state_as_of"] > later["fetched_at"]
+            assert float(resp.headers["x-state-age"]) < 1.5 < float(resp.headers["x-data-age"])
+            assert "DRAIN" in sh("scontrol", "show", "node", "n2")
+        finally:
+            sh("scontrol", "update", "nodename=n2", "state=resume")
+        wait_for(lambda: "DRAIN" not in n2(http)[0].get("flags", []), 10, 0.1, what="the poll to show the resume")
+        wait_for(lambda: "state_as_of" not in n2(http)[0], 5, 0.1, what=f"{n2(http)[0]} as in the full read")
+
+
 def _squeue_ids() -> list[int]:
     return [int(x) for x in sh("squeue", "-h", "--states=all", "-o", "%A").split()]
 

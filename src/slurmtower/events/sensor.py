@@ -181,6 +181,9 @@ class Sensor:
         #: The node list recorded last (the sensor is the store's only recorder of states).
         self._recorded: list[Node] | None = None
         self.listeners: list[Callable[[list[Event]], None]] = []
+        #: Called with every poll's nodes and the time they were read (the live nodes' states
+        #: between their full reads: SnapshotCache.node_states_seen); from the polling thread.
+        self.poll_observers: list[Callable[[list[Node], datetime], None]] = []
         #: Refused callbacks counted per (address, minute) until the minute is over.
         self._refusals: dict[tuple[str, int], dict[str, Any]] = {}
         self._refusals_lock = threading.Lock()
@@ -409,6 +412,11 @@ class Sensor:
         with self._observe_lock:
             nodes = self.client.node_states()
             observed_at = self._clock()
+            for observer in self.poll_observers:
+                try:
+                    observer(nodes, observed_at)
+                except Exception:  # an observer must not break sensing
+                    log.exception("poll observer failed")
             if nodes is self._recorded and not extras:
                 # Slurm printed exactly what was recorded last time (the client hands back
                 # the same list): nothing can have changed, skip the store's diff.

@@ -53,10 +53,11 @@ from pydantic_core import to_json
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable, Unsupported
 from slurmtower.live.hidden import hide_jobs, node_table
 from slurmtower.live.sharing import Pulled, SharedSnapshots, SharedUnreachable
-from slurmtower.live.states import StateClock, StateOverlay
+from slurmtower.live.states import NodeStateOverlay, StateClock, StateOverlay, apply_nodes
 from slurmtower.live.states import apply as apply_states
 from slurmtower.live.worker import OffloadSpec, RefreshWorker, render_bytes
-from slurmtower.models.table import JobTable, StateDelta
+from slurmtower.models import Node
+from slurmtower.models.table import JobTable, NodeTable, StateDelta
 from slurmtower.settings import Settings
 from slurmtower.slurm.client import SlurmReads
 
@@ -291,6 +292,9 @@ class SnapshotCache:
         #: Seconds of slurmctld's time per second that others' reads take of the share (the
         #: sensor's node polls in this process): set by the runtime.
         self.other_controller_load: Callable[[], float] = lambda: 0.0
+        #: The node states the sensor of this process polls, put in the nodes' rows between
+        #: their full reads (:meth:`node_states_seen`); None: no sensor here.
+        self.node_states: NodeStateOverlay | None = None
 
     def register(self, resource: str, fetch: Callable[[], Any]) -> None:
         """Declare a resource and the (blocking) call that reads it from Slurm."""
@@ -580,6 +584,8 @@ class SnapshotCache:
                 # Before the round counts as done (inflight): a request meanwhile must not
                 # start another round of the queue.
                 value, clock = await self._states_on_full_read(entry, value, asked, fetched_mono, fetched_at)
+            elif resource == "nodes" and self.node_states is not None:
+                value, clock = await self._node_states_on_full_read(entry, value, asked, fetched_mono, fetched_at)
         except SlurmtowerError as exc:
             entry.last_error, entry.last_error_mono = exc, self.clock()
             raise
@@ -739,6 +745,53 @@ class SnapshotCache:
             # A state read began after this read did: its states hold where they differ.
             clock = StateClock(min(st.overlay.read_mono, mono), st.overlay.read_at)
             return await asyncio.to_thread(apply_states, value, st.overlay.frozen()), clock
+        return value, StateClock(mono, at)
+
+    # -- the node states the sensor polls ------------------------------------------------------
+    def node_states_seen(self, nodes: list[Node], at: datetime) -> None:
+        """The sensor read every node's state, flags and reason at ``at``: put what differs
+        from the nodes' last full read in their rows (on the event loop)."""
+        overlay = self.node_states
+        if overlay is None or "nodes" not in self._entries:
+            return
+        entry = self._entries["nodes"]
+        polled = self.clock() - max(0.0, (datetime.now(UTC) - at).total_seconds())
+        table, snap = entry.base, entry.snapshot
+        if not isinstance(table, NodeTable) or snap is None:
+            overlay.polled, overlay.read_mono, overlay.read_at = nodes, polled, at
+            return
+        if not overlay.read(nodes, table, polled, at):
+            if polled > snap.clock.mono:
+                snap.clock.mono, snap.clock.at = polled, at
+            return
+        task = asyncio.get_running_loop().create_task(self._install_node_states(entry, table, snap, polled, at))
+        task.add_done_callback(_retrieve)
+
+    async def _install_node_states(self, entry: _Entry, table: NodeTable, snap: Snapshot[Any], polled: float,
+                                   at: datetime) -> None:
+        overlay = self.node_states
+        assert overlay is not None
+        value = await asyncio.to_thread(apply_nodes, table, overlay.frozen())
+        if entry.base is not table or entry.snapshot is not snap:
+            return  # replaced meanwhile (a full read, or a later poll's rows)
+        entry.generation += 1
+        entry.snapshot = Snapshot(resource="nodes", value=value, fetched_at=snap.fetched_at,
+                                  fetched_mono=snap.fetched_mono, generation=entry.generation, stale=snap.stale,
+                                  error=snap.error, clock=StateClock(polled, at))
+        self._render_ahead("nodes")
+
+    async def _node_states_on_full_read(self, entry: _Entry, value: Any, started: float, mono: float,
+                                        at: datetime) -> tuple[Any, StateClock | None]:
+        """As :meth:`_states_on_full_read`, for the nodes and the sensor's polls."""
+        overlay = self.node_states
+        if overlay is None or not isinstance(value, NodeTable):
+            return value, None
+        await asyncio.to_thread(value.positions)
+        entry.base = value
+        overlay.full_read(value, started)
+        if overlay.states and overlay.read_at is not None:
+            clock = StateClock(min(overlay.read_mono, mono), overlay.read_at)
+            return await asyncio.to_thread(apply_nodes, value, overlay.frozen()), clock
         return value, StateClock(mono, at)
 
     def base_value(self, resource: str) -> Any:

@@ -21,6 +21,11 @@ job id -> the state read since. It is applied to the full read's table
 changed nothing moves it, so every view of that snapshot tells the new age (``X-State-Age``)
 without being rendered again. On releases without the read (22.05, the REST backend) the clock
 is the full read's: ``X-State-Age`` equals ``X-Data-Age``.
+
+The nodes have the same two speeds where the sensor runs in the serving process: its poll
+(``sinfo``'s state lines, every ``events.poll_interval``) is read anyway, and
+:class:`NodeStateOverlay` puts what it found in the nodes' rows (no read of its own). Where the
+sensor runs elsewhere, the nodes' states are their full read's.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmtower.models.job import parse_job_state
-from slurmtower.models.table import JobTable, StateDelta
+from slurmtower.models.node import Node
+from slurmtower.models.table import JobTable, NodeTable, StateDelta
 
-__all__ = ["StateClock", "StateOverlay", "apply"]
+__all__ = ["NodeStateOverlay", "StateClock", "StateOverlay", "apply", "apply_nodes"]
 
 
 @dataclass
@@ -105,6 +111,55 @@ class StateOverlay:
         thread while the event loop goes on reading states."""
         at = self.read_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if self.read_at is not None else ""
         return dict(self.states), at
+
+
+@dataclass
+class NodeStateOverlay:
+    """The node states the sensor's polls (``sinfo``: state, flags, reason, every second)
+    found that the last full read of the nodes does not say: name -> the polled node. Each
+    poll is a whole picture, so the overlay is made anew from it; a full read that began after
+    the last poll empties it (its rows are newer)."""
+
+    states: dict[str, Node] = field(default_factory=dict)
+    read_mono: float = float("-inf")
+    read_at: datetime | None = None
+    polled: list[Node] | None = field(default=None, repr=False)
+    """The last poll's nodes (the overlay against a new full read is made from them)."""
+
+    def read(self, nodes: list[Node], table: NodeTable, polled: float, at: datetime) -> bool:
+        """Take a poll (its nodes read at ``polled``) against ``table``; True when the
+        overlay changed."""
+        self.polled, self.read_mono, self.read_at = nodes, polled, at
+        return self._remake(table)
+
+    def full_read(self, table: NodeTable, started: float) -> None:
+        """A full read (Slurm asked at ``started``) replaced the table (see the class)."""
+        if started >= self.read_mono or self.polled is None:
+            self.states = {}
+        else:
+            self._remake(table)
+
+    def _remake(self, table: NodeTable) -> bool:
+        where = table.positions()
+        column = table.columns["state"]
+        fresh: dict[str, Node] = {}
+        for node in self.polled or ():
+            row = where.get(node.name)
+            if row is not None and column[row] != frozenset({node.state.value, *node.flags}):
+                fresh[node.name] = node
+        changed = fresh != self.states
+        self.states = fresh
+        return changed
+
+    def frozen(self) -> tuple[dict[str, Node], str]:
+        at = self.read_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if self.read_at is not None else ""
+        return dict(self.states), at
+
+
+def apply_nodes(table: NodeTable, frozen: tuple[dict[str, Node], str]) -> NodeTable:
+    """``table`` with a node overlay's states (:meth:`NodeStateOverlay.frozen`) in their rows."""
+    states, at = frozen
+    return table.with_states(states, at) if states else table
 
 
 def apply(table: JobTable, frozen: tuple[dict[int, tuple[str, tuple[str, ...]]], str]) -> JobTable:

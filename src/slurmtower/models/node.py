@@ -216,6 +216,10 @@ class Node(BaseModel):
     reason: str | None = None
     reason_set_by_user: str | None = None
     reason_changed_at: datetime | None = None
+    state_as_of: datetime | None = None
+    """Set on a live node whose state, flags and reason were read after its other fields (the
+    sensor's poll, between two full reads of the nodes): when. ``None``: every field is of
+    one read."""
     partitions: list[str] = Field(default_factory=list)
     cpus: int | None = None
     alloc_cpus: int | None = None

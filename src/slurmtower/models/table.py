@@ -426,6 +426,32 @@ class NodeTable(_Table):
         table._models = ordered
         return table
 
+    def with_states(self, states: Mapping[str, Node], as_of: str) -> NodeTable:
+        """This table with the state, flags and reason of the nodes in ``states`` (name ->
+        the node as a state poll gave it: the sensor's) put in their rows, each marked
+        ``state_as_of`` (the ISO time of that poll). Nodes not here are skipped."""
+        if not states:
+            return self
+        where = self.positions()
+        frags: list[bytes] = list(self.fragments)
+        state_col: list[Any] = list(self.columns["state"])
+        for name, node in states.items():
+            row = where.get(name)
+            if row is None:
+                continue
+            doc = from_json(frags[row])
+            doc["state"] = node.state.value
+            for field_name in ("flags", "reason", "reason_set_by_user", "reason_changed_at"):
+                value = getattr(node, field_name)
+                if value:
+                    doc[field_name] = sorted(value) if field_name == "flags" else value
+                else:
+                    doc.pop(field_name, None)
+            doc["state_as_of"] = as_of
+            frags[row] = to_json(doc)
+            state_col[row] = frozenset({node.state.value, *node.flags})
+        return NodeTable(self.keys, frags, {**self.columns, "state": state_col})
+
     def nodes(self) -> list[Node]:
         """The :class:`Node` models, in table order (built from the JSON once per table when
         the table crossed from the refresh worker, and kept with it: the pages that read

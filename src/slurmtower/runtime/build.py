@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
+from datetime import datetime
 
 from slurmtower.accounting import AccountingDB
 from slurmtower.errors import ConfigError
@@ -19,8 +20,11 @@ from slurmtower.events.feed import EventFeed
 from slurmtower.events.store import EventStore
 from slurmtower.live import malloc
 from slurmtower.live.archive import LoadArchive
+from slurmtower.live.cache import SnapshotCache
 from slurmtower.live.keep import SnapshotKeeper
+from slurmtower.live.states import NodeStateOverlay
 from slurmtower.live.worker import RefreshWorker
+from slurmtower.models import Node
 from slurmtower.runtime.sensor import LazyDispatcher, build_sensor
 from slurmtower.runtime.services import Services
 from slurmtower.runtime.tasks import periodic_tasks
@@ -178,6 +182,15 @@ async def _start_snapshots(services: Services) -> None:
         # events.poll_interval, wherever it runs: part of the deployment's share of slurmctld.
         poll = settings.events.poll_interval
         cache.other_controller_load = lambda: cache.controller_cost("nodes") / poll
+        if services.sensor is not None and cache.node_states is None:
+            # ...and where it runs here, what it reads keeps the nodes' states as fresh as it.
+            cache.node_states = NodeStateOverlay()
+            loop = asyncio.get_running_loop()
+
+            def polled(nodes: list[Node], at: datetime, cache: SnapshotCache = cache) -> None:
+                loop.call_soon_threadsafe(cache.node_states_seen, nodes, at)
+
+            services.sensor.poll_observers.append(polled)
         if cache.shared is not None:
             await cache.shared_round()  # know this process's part before the first request
         if services.keeper is not None:
