@@ -4,6 +4,8 @@ v0.0.45), what it can do there read from its OpenAPI document."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import httpx
 import pytest
 
@@ -13,7 +15,7 @@ from slurmtower.nodeset import parse_nodeset
 from slurmtower.settings import Settings
 from slurmtower.slurm import CliSlurmClient, RestSlurmClient, make_client
 
-from .conftest import node_states, wait_for
+from .conftest import node_states, sh, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
@@ -156,3 +158,53 @@ def test_node_updates_over_rest_where_slurmrestd_has_them(devcluster: DevCluster
         assert updates == ["rest node_update:True", "rest node_update:True"]  # one request each, no CLI
     else:
         assert updates == []  # the CLI did both
+
+
+def test_reservations_over_rest_where_slurmrestd_has_them(rest: RestSlurmClient, client: CliSlurmClient) -> None:
+    """25.05+ (here 25.11 and 26.05): a reservation is created, updated and deleted over REST
+    (POST reservation, DELETE reservation/{name}), as slurmctld then shows it; before, the
+    backend says it cannot (and hands it to a CLI fallback when it has one)."""
+    offered = _release(client) >= (25, 5)
+    caps = rest.capabilities()
+    assert caps.rest_reservations is offered and ("create_reservation" in caps.unsupported) is not offered
+    calls: list[str] = []
+    rest.observers.append(lambda kind, _s, ok: calls.append(f"{kind}:{ok}"))
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=5)
+    if not offered:
+        with pytest.raises(Unsupported, match="reservations"):
+            rest.create_reservation("st_rest", nodes=parse_nodeset("n1"), start_time=start,
+                                    duration=timedelta(minutes=30), users=["alice"])
+        assert "st_rest" not in sh("scontrol", "-o", "show", "reservation", check=False)
+        return
+
+    def shown() -> dict[str, str]:
+        line = sh("scontrol", "-o", "show", "reservation", "st_rest").strip()
+        comment = line.partition(" Comment=")[2]
+        return {**dict(f.split("=", 1) for f in line.partition(" Comment=")[0].split() if "=" in f),
+                "Comment": comment}
+
+    try:
+        assert rest.create_reservation("st_rest", nodes=parse_nodeset("n[1-2]"), start_time=start,
+                                       end_time=start + timedelta(minutes=90), users=["alice"], accounts=["physics"],
+                                       flags=["MAINT", "IGNORE_JOBS"], comment="over rest [slurmtower:alice@api]") \
+            == "st_rest"
+        made = shown()
+        assert (made["Nodes"], made["Users"], made["Accounts"], made["Duration"]) == ("n[1-2]", "alice", "physics",
+                                                                                       "01:30:00")
+        assert {"MAINT", "IGNORE_JOBS"} <= set(made["Flags"].split(",")) and made["Comment"] == "over rest " \
+            "[slurmtower:alice@api]"
+        rest.update_reservation("st_rest", duration=timedelta(minutes=45), users=["bob"], flags=["DAILY"],
+                                remove_flags=["MAINT"])
+        changed = shown()
+        assert (changed["Duration"], changed["Users"]) == ("00:45:00", "bob")
+        assert "MAINT" not in changed["Flags"] and "DAILY" in changed["Flags"]
+        with pytest.raises(SlurmRequestError, match="overlaps"):
+            rest.create_reservation("st_rest2", nodes=parse_nodeset("n2"), start_time=start,
+                                    duration=timedelta(minutes=10), users=["bob"])
+        rest.delete_reservation("st_rest")
+        assert "st_rest" not in sh("scontrol", "-o", "show", "reservation", check=False)
+        with pytest.raises(SlurmRequestError, match="invalid"):
+            rest.delete_reservation("st_rest")
+    finally:
+        sh("scontrol", "delete", "reservationname=st_rest", check=False)
+    assert calls.count("rest reservation:True") == 3  # create, update, delete: over REST, no CLI

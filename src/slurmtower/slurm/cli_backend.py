@@ -188,6 +188,7 @@ class CliSlurmClient:
             # not something a command tells, so it goes by the release (23.02 fixed it).
             json_filters=self.version() >= SlurmVersion(major=23, minor=2),
             rest_node_update=False,
+            reservation_comment=self._reservation_comments(),
             reads=_READS,
             writes=_WRITES,
         )
@@ -582,38 +583,75 @@ class CliSlurmClient:
         self,
         name: str,
         *,
-        nodes: NodeSet,
+        nodes: NodeSet | None = None,
         start_time: datetime | Literal["now"] = "now",
         duration: timedelta | None = None,
+        end_time: datetime | None = None,
+        node_count: int | None = None,
+        partition: str | None = None,
+        features: str | None = None,
         users: Sequence[str] = ("root",),
         accounts: Sequence[str] = (),
         flags: Sequence[str] = (),
+        tres: str | None = None,
+        comment: str | None = None,
     ) -> str:
-        argv = ["scontrol", "create", "reservation", f"reservationname={name}", f"nodes={nodes}",
-                f"starttime={_fmt_time(start_time)}", f"duration={_fmt_duration(duration)}"]
+        argv = ["scontrol", "create", "reservation", f"reservationname={name}", f"starttime={_fmt_time(start_time)}"]
+        # Slurm takes an end or a duration (an end given wins: no "infinite" beside it).
+        argv.append(f"endtime={_fmt_time(end_time)}" if end_time is not None
+                    else f"duration={_fmt_duration(duration)}")
+        if nodes is not None:
+            argv.append(f"nodes={nodes}")
+        if node_count is not None:
+            argv.append(f"nodecnt={node_count}")
+        if partition is not None:
+            argv.append(f"partitionname={partition}")
+        if features is not None:
+            argv.append(f"features={features}")
         if users:
             argv.append(f"users={','.join(users)}")
         if accounts:
             argv.append(f"accounts={','.join(accounts)}")
         if flags:
             argv.append(f"flags={','.join(f.upper() for f in flags)}")
+        if tres is not None:
+            argv.append(f"tres={tres}")
+        if comment is not None and self._reservation_comments():
+            argv.append(f"comment={comment}")
         out = self.runner.run(argv).stdout
         created = out.strip().rsplit(":", 1)[-1].strip()
         return created or name
 
+    def _reservation_comments(self) -> bool:
+        # A reservation's Comment= exists from 23.02 (22.05's scontrol: "Unknown parameter").
+        return self.version() >= SlurmVersion(major=23, minor=2)
+
     def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
                            duration: timedelta | None = None, users: Sequence[str] | None = None,
-                           flags: Sequence[str] | None = None) -> None:
-        # Slurm 22.05 has no `nodes+=`: callers pass the full node list.
+                           flags: Sequence[str] | None = None, start_time: datetime | None = None,
+                           end_time: datetime | None = None, accounts: Sequence[str] | None = None,
+                           remove_flags: Sequence[str] | None = None, comment: str | None = None) -> None:
+        # Slurm 22.05 has no `nodes+=`: callers pass the full node list. ``flags`` are added to
+        # the reservation's (Slurm's update semantics), ``remove_flags`` taken away.
         argv = ["scontrol", "update", f"reservationname={name}"]
         if nodes is not None:
             argv.append(f"nodes={nodes}")
+        if start_time is not None:
+            argv.append(f"starttime={_fmt_time(start_time)}")
+        if end_time is not None:
+            argv.append(f"endtime={_fmt_time(end_time)}")
         if duration is not None:
             argv.append(f"duration={_fmt_duration(duration)}")
         if users is not None:
             argv.append(f"users={','.join(users)}")
-        if flags is not None:
+        if accounts is not None:
+            argv.append(f"accounts={','.join(accounts)}")
+        if flags:
             argv.append(f"flags={','.join(f.upper() for f in flags)}")
+        if remove_flags:
+            argv.append(f"flags-={','.join(f.upper() for f in remove_flags)}")
+        if comment is not None and self._reservation_comments():
+            argv.append(f"comment={comment}")
         if len(argv) == 3:
             raise InvalidInput("nothing to update", param="props")
         self.runner.run(argv)

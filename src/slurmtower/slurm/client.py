@@ -81,6 +81,11 @@ class Capabilities:
     """``squeue/sinfo --json`` honour their filter options (22.05 ignores them)."""
     rest_node_update: bool = False
     """slurmrestd can update nodes (23.02 and later)."""
+    rest_reservations: bool = False
+    """slurmrestd can create, update and delete reservations (``POST reservation``, ``DELETE
+    reservation/{name}``: 25.05 and later, API v0.0.43+)."""
+    reservation_comment: bool = False
+    """A reservation takes a ``Comment`` (23.02 and later): slurmtower's owner tag goes there."""
     rest_api_versions: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
@@ -97,6 +102,8 @@ class Capabilities:
             "config_json": self.config_json,
             "json_filters": self.json_filters,
             "rest_node_update": self.rest_node_update,
+            "rest_reservations": self.rest_reservations,
+            "reservation_comment": self.reservation_comment,
             "rest_api_versions": list(self.rest_api_versions),
             "reads": list(self.reads),
             "writes": list(self.writes),
@@ -234,17 +241,32 @@ class SlurmActs(Protocol):
         self,
         name: str,
         *,
-        nodes: NodeSet,
+        nodes: NodeSet | None = None,
         start_time: datetime | Literal["now"] = "now",
         duration: timedelta | None = None,
+        end_time: datetime | None = None,
+        node_count: int | None = None,
+        partition: str | None = None,
+        features: str | None = None,
         users: Sequence[str] = ("root",),
         accounts: Sequence[str] = (),
         flags: Sequence[str] = (),
-    ) -> str: ...
+        tres: str | None = None,
+        comment: str | None = None,
+    ) -> str:
+        """Create reservation ``name`` (its end: ``end_time``, else ``duration``, else none);
+        returns the name Slurm gave it. ``comment`` goes to Slurm where the release takes one
+        (:attr:`Capabilities.reservation_comment`), else it is left out."""
+        ...
 
     def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
                            duration: timedelta | None = None, users: Sequence[str] | None = None,
-                           flags: Sequence[str] | None = None) -> None: ...
+                           flags: Sequence[str] | None = None, start_time: datetime | None = None,
+                           end_time: datetime | None = None, accounts: Sequence[str] | None = None,
+                           remove_flags: Sequence[str] | None = None, comment: str | None = None) -> None:
+        """Change what is given (``nodes``: the whole new list); ``flags`` are added to the
+        reservation's, ``remove_flags`` taken away (Slurm's own update semantics)."""
+        ...
 
     def delete_reservation(self, name: str) -> None: ...
 

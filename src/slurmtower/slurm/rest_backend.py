@@ -3,11 +3,13 @@
 It detects the API versions the server offers (``/openapi/v3``) and uses the newest one it
 knows (or the one ``slurm.rest_api_version`` pins); what it can do comes from the same
 document: a ``POST`` on ``node/{node_name}`` (node updates, 23.02+), ``GET conf`` (the running
-configuration, 26.05+), and which versions slurmrestd marks ``deprecated`` (v0.0.42 on 26.05).
-What slurmrestd cannot do is said clearly: 22.05's slurmrestd (v0.0.36-38) cannot update
-nodes or reservations, set triggers or read slurmctld's config; no release sets triggers or
-changes reservations over REST here. Such operations go to ``fallback`` (a CLI client) when
-one is given, and raise :class:`Unsupported` otherwise.
+configuration, 26.05+), ``POST reservation`` and ``DELETE reservation/{reservation_name}``
+(reservations created, updated and deleted: 25.05+, API v0.0.43 on), and which versions
+slurmrestd marks ``deprecated`` (v0.0.42 on 26.05). What slurmrestd cannot do is said clearly:
+22.05's slurmrestd (v0.0.36-38) cannot update nodes or reservations, set triggers or read
+slurmctld's config; no release sets triggers over REST, none before 25.05 changes reservations.
+Such operations go to ``fallback`` (a CLI client) when one is given, and raise
+:class:`Unsupported` otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 import jwt
 
 from slurmtower.errors import (
+    InvalidInput,
     SlurmError,
     SlurmRequestError,
     SlurmTimeout,
@@ -73,6 +76,32 @@ def _no_changes(doc: dict[str, Any]) -> bool:
     return any("no job changes since" in t.lower() for t in texts)
 
 
+def _reservation_flags(spec: dict[str, Any], api: str) -> frozenset[str]:
+    """The flags a reservation description takes in ``api`` (``NO_MAINT`` ... remove one)."""
+    schemas = (spec.get("components") or {}).get("schemas") or {}
+    desc = schemas.get(f"{api}_reservation_desc_msg") or {}
+    items = ((desc.get("properties") or {}).get("flags") or {}).get("items") or {}
+    return frozenset(str(f) for f in items.get("enum") or ())
+
+
+def _no_val(number: int) -> dict[str, Any]:
+    """A ``uint32/64_no_val_struct`` holding ``number``."""
+    return {"set": True, "infinite": False, "number": number}
+
+
+def _tres_list(text: str) -> list[dict[str, Any]]:
+    """``cpu=4,gres/gpu=2`` as the API's TRES list."""
+    out: list[dict[str, Any]] = []
+    for part in text.split(","):
+        key, _, count = part.partition("=")
+        kind, _, name = key.partition("/")
+        entry: dict[str, Any] = {"type": kind, "count": int(count)}
+        if name:
+            entry["name"] = name
+        out.append(entry)
+    return out
+
+
 _READS = ("nodes", "node_states", "jobs", "job_table", "job_ids", "queue", "partitions", "reservations", "stats",
           "ping")
 
@@ -112,6 +141,7 @@ class RestSlurmClient:
         self._api_versions: tuple[str, ...] = ()
         self._api_paths: dict[str, dict[str, Any]] = {}
         self._deprecated: tuple[str, ...] = ()
+        self._resv_flags: frozenset[str] = frozenset()
         self.pin = api_version
         self._version: SlurmVersion | None = None
         self._lock = threading.Lock()
@@ -192,6 +222,7 @@ class RestSlurmClient:
                     self._api_paths = {p.split(f"/slurm/{api}/", 1)[1]: ops for p, ops in paths.items()
                                        if p.startswith(f"/slurm/{api}/") and isinstance(ops, dict)}
                     self._deprecated = tuple(v for v in offered if _all_deprecated(paths, v))
+                    self._resv_flags = _reservation_flags(spec, api)
                     self._api_versions = offered
                     self._api = api
         return self._api
@@ -235,14 +266,15 @@ class RestSlurmClient:
         version = self.version()
         node_update = self._offers("post", "node/{node_name}")
         config = self._offers("get", "conf")
+        reservations = self._reservations_offered()
         unsupported = {
             "triggers": "slurmrestd cannot read or set triggers",
             "set_trigger": "slurmrestd cannot read or set triggers",
             "job_steps": "slurmrestd has no step listing",
-            "create_reservation": "slurmrestd cannot create, update or delete reservations",
-            "update_reservation": "slurmrestd cannot create, update or delete reservations",
-            "delete_reservation": "slurmrestd cannot create, update or delete reservations",
         }
+        if not reservations:
+            why = f"slurmrestd {self._api} cannot create, update or delete reservations (25.05+ can)"
+            unsupported |= {"create_reservation": why, "update_reservation": why, "delete_reservation": why}
         if not node_update:
             unsupported["update_nodes"] = f"slurmrestd {self._api} cannot update nodes (23.02+ can)"
         if not config:
@@ -251,11 +283,14 @@ class RestSlurmClient:
             backend="rest",
             version=version,
             rest_node_update=node_update,
+            rest_reservations=reservations,
+            reservation_comment=version >= SlurmVersion(major=23, minor=2),
             config_json=config,
             json_filters=True,
             rest_api_versions=self._api_versions,
             reads=(*_READS, "config") if config else _READS,
-            writes=("update_nodes", "drain", "down", "resume", "undrain") if node_update else (),
+            writes=((("update_nodes", "drain", "down", "resume", "undrain") if node_update else ())
+                    + (("create_reservation", "update_reservation", "delete_reservation") if reservations else ())),
             unsupported=unsupported,
         )
 
@@ -484,31 +519,127 @@ class RestSlurmClient:
     def undrain(self, nodes: NodeSet) -> None:
         self.update_nodes(nodes, state="UNDRAIN")
 
+    def _reservations_offered(self) -> bool:
+        return self._offers("post", "reservation") and self._offers("delete", "reservation/{reservation_name}")
+
+    def _send(self, method: str, path: str, *, kind: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A write to slurmrestd: its answer, or the errors it names as a typed error."""
+        started = time.monotonic()
+        ok = False
+        try:
+            resp = self._http.request(method, path, json=body, headers=self._headers())
+            ok = resp.status_code < 400
+        except httpx.TimeoutException as exc:
+            raise SlurmTimeout(f"slurmrestd {path} timed out", argv=[method, path]) from exc
+        except httpx.TransportError as exc:
+            raise SlurmUnavailable(f"slurmrestd unreachable: {exc}", argv=[method, path]) from exc
+        finally:
+            for observer in self.observers:
+                observer(f"rest {kind}", time.monotonic() - started, ok)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        errors = (doc.get("errors") or []) if isinstance(doc, dict) else []
+        if resp.status_code >= 400 or errors:
+            # slurmrestd says "Error creating reservation x" and, apart, Slurm's reason.
+            msg = "; ".join(str(e.get("error") or e.get("description") or e) if isinstance(e, dict) else str(e)
+                            for e in errors) or resp.text[:200]
+            if resp.status_code in (401, 403):
+                raise SlurmRequestError(f"slurmrestd refused authentication: {msg}", argv=[method, path])
+            raise SlurmRequestError(f"slurmrestd: {msg}", argv=[method, path], returncode=resp.status_code)
+        return doc if isinstance(doc, dict) else {}
+
     def create_reservation(
         self,
         name: str,
         *,
-        nodes: NodeSet,
+        nodes: NodeSet | None = None,
         start_time: datetime | Literal["now"] = "now",
         duration: timedelta | None = None,
+        end_time: datetime | None = None,
+        node_count: int | None = None,
+        partition: str | None = None,
+        features: str | None = None,
         users: Sequence[str] = ("root",),
         accounts: Sequence[str] = (),
         flags: Sequence[str] = (),
+        tres: str | None = None,
+        comment: str | None = None,
     ) -> str:
-        return self._unsupported("create reservations").create_reservation(
-            name, nodes=nodes, start_time=start_time, duration=duration, users=users, accounts=accounts,
-            flags=flags,
-        )
+        if not self._reservations_offered():
+            return self._unsupported("create reservations").create_reservation(
+                name, nodes=nodes, start_time=start_time, duration=duration, end_time=end_time, node_count=node_count,
+                partition=partition, features=features, users=users, accounts=accounts, flags=flags, tres=tres,
+                comment=comment,
+            )
+        start = datetime.now().astimezone() if start_time == "now" else start_time
+        body: dict[str, Any] = {"name": name, "start_time": _no_val(int(start.timestamp()))}
+        if end_time is not None:
+            body["end_time"] = _no_val(int(end_time.timestamp()))
+        elif duration is not None:
+            body["duration"] = _no_val(max(1, int(duration.total_seconds() // 60)))
+        else:
+            body["duration"] = {"set": True, "infinite": True, "number": 0}
+        if nodes is not None:
+            body["node_list"] = list(nodes)
+        if node_count is not None:
+            body["node_count"] = _no_val(node_count)
+        for key, value in (("partition", partition), ("features", features), ("comment", comment)):
+            if value is not None:
+                body[key] = value
+        if users:
+            body["users"] = list(users)
+        if accounts:
+            body["accounts"] = list(accounts)
+        if flags:
+            body["flags"] = [f.upper() for f in flags]
+        if tres is not None:
+            body["tres"] = _tres_list(tres)
+        self._send("POST", f"/slurm/{self._detect()}/reservation", kind="reservation", body=body)
+        return name
 
     def update_reservation(self, name: str, *, nodes: NodeSet | None = None,
                            duration: timedelta | None = None, users: Sequence[str] | None = None,
-                           flags: Sequence[str] | None = None) -> None:
-        self._unsupported("update reservations").update_reservation(
-            name, nodes=nodes, duration=duration, users=users, flags=flags
-        )
+                           flags: Sequence[str] | None = None, start_time: datetime | None = None,
+                           end_time: datetime | None = None, accounts: Sequence[str] | None = None,
+                           remove_flags: Sequence[str] | None = None, comment: str | None = None) -> None:
+        # A flag is taken away with its NO_ twin; one the API has none of (OVERLAP, SPEC_NODES
+        # ...) goes through the fallback.
+        removed = [f"NO_{f.upper()}" for f in remove_flags or ()]
+        if not self._reservations_offered() or not set(removed) <= self._resv_flags:
+            self._unsupported("update reservations").update_reservation(
+                name, nodes=nodes, duration=duration, users=users, flags=flags, start_time=start_time,
+                end_time=end_time, accounts=accounts, remove_flags=remove_flags, comment=comment,
+            )
+            return
+        # POST reservation creates the reservation when none has the name: callers check first.
+        body: dict[str, Any] = {"name": name}
+        if nodes is not None:
+            body["node_list"] = list(nodes)
+        if start_time is not None:
+            body["start_time"] = _no_val(int(start_time.timestamp()))
+        if end_time is not None:
+            body["end_time"] = _no_val(int(end_time.timestamp()))
+        if duration is not None:
+            body["duration"] = _no_val(max(1, int(duration.total_seconds() // 60)))
+        if users is not None:
+            body["users"] = list(users)
+        if accounts is not None:
+            body["accounts"] = list(accounts)
+        if flags or removed:
+            body["flags"] = [*(f.upper() for f in flags or ()), *removed]
+        if comment is not None:
+            body["comment"] = comment
+        if len(body) == 1:
+            raise InvalidInput("nothing to update", param="props")
+        self._send("POST", f"/slurm/{self._detect()}/reservation", kind="reservation", body=body)
 
     def delete_reservation(self, name: str) -> None:
-        self._unsupported("delete reservations").delete_reservation(name)
+        if not self._reservations_offered():
+            self._unsupported("delete reservations").delete_reservation(name)
+            return
+        self._send("DELETE", f"/slurm/{self._detect()}/reservation/{quote(name, safe='')}", kind="reservation")
 
     def set_trigger(
         self,
