@@ -66,10 +66,14 @@ def test_catalogue_lists_json_schemas(http: Http) -> None:
     resp = http.get("/actions", headers=auth("reader"))
     assert resp.status_code == 200
     actions = {a["name"]: a for a in resp.json()}
-    # the pack's 13, slurm.node.maintain and the 8 job control actions
-    assert len(actions) == 22 and actions["slurm.node.maintain"]["permission"] == "operate"
+    # the pack's 13, slurm.node.maintain, the 8 job control actions, slurm.job.why (besides the
+    # reservations')
+    reservations = {f"slurm.reservation.{v}" for v in ("create", "update", "delete")}
+    assert reservations <= actions.keys() and all(actions[n]["permission"] == "operate" for n in reservations)
+    assert len(actions.keys() - reservations) == 23 and actions["slurm.node.maintain"]["permission"] == "operate"
     assert {n for n, a in actions.items() if a["own_jobs"]} == {
-        f"slurm.job.{v}" for v in ("cancel", "hold", "release", "requeue", "suspend", "resume", "signal", "update")}
+        f"slurm.job.{v}" for v in ("cancel", "hold", "release", "requeue", "suspend", "resume", "signal", "update",
+                                   "why")}
     drain = actions["slurm.node.drain"]
     assert drain["permission"] == "operate" and drain["mutating"] is True
     assert drain["parameters"]["required"] == ["nodes"]

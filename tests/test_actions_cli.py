@@ -141,8 +141,9 @@ def test_actions_list_and_show(cli: Any) -> None:
     assert names == sorted([
         "slurm.config.get", "slurm.job.find", "slurm.job.get", "slurm.job.step.get", "slurm.node.down",
         "slurm.node.drain", "slurm.node.get", "slurm.node.maintain", "slurm.node.reserve", "slurm.node.resume",
-        "slurm.node.unreserve", "slurm.node.update", "slurm.trigger.set", "slurm.trigger.unset",
-        *(f"slurm.job.{v}" for v in ("cancel", "hold", "release", "requeue", "suspend", "resume", "signal", "update"))])
+        "slurm.node.unreserve", "slurm.node.update", "slurm.trigger.set", "slurm.trigger.unset", "slurm.job.why",
+        *(f"slurm.job.{v}" for v in ("cancel", "hold", "release", "requeue", "suspend", "resume", "signal", "update")),
+        *(f"slurm.reservation.{v}" for v in ("create", "update", "delete"))])
     show = cli("actions", "show", "slurm.node.drain").stdout
     assert "nodes (string) (required)" in show
     assert 'reason (string) default: "slurmtower: Drained using slurm.node.drain action"' in show

@@ -33,7 +33,9 @@ with warnings.catch_warnings():
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 #: Mutating routes that check the permission per target rather than per route: the action
 #: runner declares READ (read-only actions exist) and checks each action's permission.
-PER_ACTION = {("POST", "/actions/{name}"), ("POST", "/clusters/{cluster}/actions/{name}")}
+PER_ACTION = {("POST", "/actions/{name}"), ("POST", "/clusters/{cluster}/actions/{name}"),
+              # a request's withdrawal: its requester's, whatever its role (a user's request)
+              ("POST", "/requests/{request_id}/withdraw"), ("POST", "/clusters/{cluster}/requests/{request_id}/withdraw")}
 #: Mutating routes that authenticate themselves (HMAC-signed trigger callbacks from Slurm's
 #: notify program, the generic alert webhook) and so declare PUBLIC; they must still refuse
 #: unsigned callers.

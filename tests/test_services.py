@@ -31,14 +31,15 @@ def test_routes_and_rules_share_one_action_catalogue(settings: Settings, tmp_pat
     envelope = dispatcher("slurm.config.get", {"item": "cluster_name"}, {"rule": "t"})
     assert envelope["status"] == "succeeded"
     assert services.action_catalogue() is services.catalogue
-    # The archiver, the execution purge and the maintenance runs are the leader's; every
-    # process tails the event log for its SSE clients, keeps the snapshots it read and hands
-    # the memory its rounds freed back to the system.
+    # The archiver, the execution purge, the maintenance runs and the requests' expiry are the
+    # leader's; every process tails the event log for its SSE clients, keeps the snapshots it
+    # read and hands the memory its rounds freed back to the system.
     assert {task.name: task.needs_leader for task in services.background} == {
         "snapshot-keeper": False, "malloc-trim": False, "load-archiver": True, "execution-purge": True, "maintenance": True,
-        "event-feed": False}
+        "request-expiry": True, "event-feed": False}
     assert {task.name: task.role for task in services.background if task.needs_leader} == {
-        "load-archiver": "archiver", "execution-purge": "archiver", "maintenance": "archiver"}
+        "load-archiver": "archiver", "execution-purge": "archiver", "maintenance": "archiver",
+        "request-expiry": "archiver"}
 
 
 def test_each_role_is_led_once_and_a_process_leads_only_what_it_runs(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ from slurmtower.store.schema import TABLE_NAMES, metadata
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1/test"
 SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
-HEAD = "0008_executions_per_cluster"
+HEAD = "0009_requests_reservations"
 PREVIOUS = "0004_node_holds"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -316,7 +316,7 @@ def test_head_revision_and_its_tables() -> None:
     expected = {
         "events", "node_states", "callback_nonces", "rule_runs", "event_cursors", "action_executions",
         "action_audit", "load_samples", "leases", "deployment", "login_failures", "node_holds",
-        "web_sessions", "login_states", "token_state",
+        "web_sessions", "login_states", "token_state", "action_requests", "reservation_owners",
     }
     assert set(TABLE_NAMES) == expected
 
@@ -332,7 +332,8 @@ def test_a_released_store_is_refused_then_upgraded_keeping_every_row(store: Stor
         assert "0001_released_schema" in refused.value.message
         assert refused.value.to_problem()["remedy"] == "slurmtower db upgrade"
     assert tables(store) == TABLE_NAMES - {"deployment", "login_failures", "node_holds", "web_sessions",
-                                           "login_states", "token_state"}  # nothing created
+                                           "login_states", "token_state", "action_requests",
+                                           "reservation_owners"}  # nothing created
 
     refused_cli = cli(store, "events", "--limit", "1")
     assert refused_cli.returncode == 78, refused_cli.stderr
@@ -385,7 +386,7 @@ def test_a_store_of_the_previous_revision_is_upgraded_to_hold_sessions_and_token
     from slurmtower.store.sessions import SessionStore
     from slurmtower.store.tokens import TokenLedger
 
-    new_tables = {"web_sessions", "login_states", "token_state"}
+    new_tables = {"web_sessions", "login_states", "token_state", "action_requests", "reservation_owners"}
     released(store)
     with migrate._locked(store.engine, store.schema) as conn:
         command.upgrade(migrate._config(conn, store.schema), PREVIOUS)

@@ -352,9 +352,10 @@ def test_a_store_of_the_previous_release_is_upgraded_with_every_row_kept(
             if table != VERSION_TABLE:  # the one row the upgrade is for
                 assert after[table] == rows, f"{table} changed in the upgrade"
         # the columns the upgrade added hold their defaults on the old rows (revision 6: every
-        # row is the default cluster's, cluster = ''; a session has no groups)
+        # row is the default cluster's, cluster = ''; a session has no groups; revision 9: an
+        # audit record of no request, approved by no one)
         added = {t: [c for c in cols if c not in old_columns.get(t, [])] for t, cols in table_columns(url).items()}
-        defaults = {"cluster": {""}, "groups": {None}}
+        defaults = {"cluster": {""}, "groups": {None}, "request_id": {None}, "approved_by": {None}}
         for table, cols in added.items():
             if cols and old_columns.get(table):
                 assert set(cols) <= set(defaults), (table, cols)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "AccountingSettings",
     "ActionSettings",
     "ApiSettings",
+    "ApprovalSettings",
     "ArchiverSettings",
     "AuthSettings",
     "ClusterSettings",
@@ -38,6 +40,7 @@ __all__ = [
     "Settings",
     "SlurmSettings",
     "TokenEntry",
+    "TwoPersonRule",
     "describe",
     "load_settings",
 ]
@@ -267,6 +270,11 @@ class ActionSettings(_Section):
     when the call acts on at most this many jobs: each is one RPC in slurmctld (a bigger call is
     named by its audit record and events only); 0: never."""
 
+    reservation_max_days: float = Field(default=31.0, gt=0, le=3650)
+    """The longest window ``slurm.reservation.create`` and ``.update`` accept (its end minus its
+    start, in days); longer is bad input. ``slurm.node.reserve``'s open-ended maintenance
+    reservations are not bounded by it."""
+
     @field_validator("breaker_partition_shares")
     @classmethod
     def _shares(cls, value: dict[str, float]) -> dict[str, float]:
@@ -362,6 +370,63 @@ class HookSettings(_Section):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"forward target names must be unique: {', '.join(twice)}")
+        return value
+
+
+#: An action name or a shell glob of them, as ``[approvals]`` takes it (``slurm.trigger.*``).
+ACTION_PATTERN = r"^slurm\.[a-z0-9_.*]{1,60}$"
+
+
+def _default_requestable() -> dict[Role, list[str]]:
+    return {"user": ["slurm.reservation.create"]}
+
+
+class TwoPersonRule(_Section):
+    """One act that needs a second person (``[[approvals.two_person]]``): whoever asks, an
+    operator or admin other than the asker approves before it runs."""
+
+    action: str = Field(pattern=ACTION_PATTERN)
+    """The action (``slurm.node.drain``) or a glob of actions (``slurm.trigger.*``)."""
+    more_than_nodes: int | None = Field(default=None, ge=0)
+    """Only when the act names more nodes than this (its ``nodes``); unset: any size."""
+    more_than_jobs: int | None = Field(default=None, ge=0)
+    """Only when the act would change more jobs than this (its dry run's count: each array
+    task and het-job component is one); unset: any size."""
+    approver_role: Literal["operator", "admin"] = "operator"
+    """The least role of the second person (``admin``: only an admin approves)."""
+
+
+class ApprovalSettings(_Section):
+    """Requests and approvals (``[approvals]``): who may ask for an act it may not do, who
+    decides, and the acts that need two people (:mod:`slurmtower.actions.approvals`)."""
+
+    requestable: dict[Role, list[str]] = Field(default_factory=_default_requestable)
+    """Role -> the actions (names or globs) a caller of that role may *request* when it may
+    not run them: the call answers 202 with a request and changes nothing until someone
+    approves it. A ``user``'s reservation request must be for itself (its ``users``) or its
+    accounts."""
+    approver_role: Literal["operator", "admin"] = "operator"
+    """The least role that decides a request (approve or deny); never the requester."""
+    two_person: list[TwoPersonRule] = Field(default_factory=list, max_length=100)
+    """Acts that need a second operator or admin, e.g. ``{action = "slurm.node.drain",
+    more_than_nodes = 8}``, ``{action = "slurm.job.cancel", more_than_jobs = 100}``,
+    ``{action = "slurm.trigger.*"}``: from every path (HTTP, CLI, rules), the act becomes a
+    request that another person approves."""
+    request_ttl_hours: float = Field(default=24.0, gt=0, le=24 * 90)
+    """A pending request expires this long after it was made."""
+    expiry_interval: float = Field(default=60.0, gt=0, le=3600)
+    """Seconds between two sweeps that expire overdue requests (each expiry is an event)."""
+    max_reason_length: int = Field(default=1000, ge=1, le=10_000)
+    """The longest free-text reason a request or a decision's comment may carry."""
+
+    @field_validator("requestable")
+    @classmethod
+    def _patterns(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        pattern = re.compile(ACTION_PATTERN)
+        for role, names in value.items():
+            bad = [n for n in names if not pattern.match(n)]
+            if bad:
+                raise ValueError(f"{role}: not an action name or glob: {bad[0]!r}")
         return value
 
 
@@ -547,6 +612,7 @@ class Settings(_Section):
     events: EventSettings = Field(default_factory=EventSettings)
     hooks: HookSettings = Field(default_factory=HookSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
 
     @field_validator("state_dir")
     @classmethod

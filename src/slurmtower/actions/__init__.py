@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from slurmtower.actions.approvals import REQUESTED_EXIT_CODE, Approvals, Policy
 from slurmtower.actions.catalogue import (
     Catalogue,
     Dispatcher,
@@ -35,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "PARTIAL_EXIT_CODE",
     "REGISTRY",
+    "REQUESTED_EXIT_CODE",
     "ActionSpec",
     "ActionStore",
+    "Approvals",
     "AuditOutcome",
     "AuditRecord",
     "Catalogue",
@@ -45,6 +48,7 @@ __all__ = [
     "Hold",
     "HoldStore",
     "OwnerTag",
+    "Policy",
     "StoreError",
     "cli_principal",
     "node_holds",

@@ -41,10 +41,10 @@ import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from slurmtower.actions.holds import Hold, out_since
+from slurmtower.actions.holds import Hold, node_holds, out_since
 from slurmtower.actions.ownership import holds_node
 from slurmtower.errors import Conflict
 from slurmtower.models import Node
@@ -52,9 +52,10 @@ from slurmtower.nodeset import NodeSet
 from slurmtower.visibility import NOTHING_HIDDEN, Hidden
 
 if TYPE_CHECKING:
+    from slurmtower.actions.registry import Run
     from slurmtower.settings import ActionSettings
 
-__all__ = ["OVERRIDDEN", "TRIPPED", "BreakerTripped", "Scope", "evaluate", "refusal"]
+__all__ = ["OVERRIDDEN", "TRIPPED", "BreakerTripped", "Scope", "evaluate", "guard", "refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +179,31 @@ def refusal(action: str, tripped: Sequence[Scope], window: float,
         "window": window, "partition": first.name, "share": first.share, "limit": first.limit,
         "already_out": first.as_dict(hidden)["already_out"], "already_out_count": len(first.already_out),
         "scopes": [s.as_dict(hidden) for s in shown]})
+
+
+def guard(run: Run, ns: NodeSet, action: str, *, override: bool) -> dict[str, Any] | None:
+    """The breaker before an act that takes ``ns`` out of service (a drain, a down, a
+    maintenance reservation starting within the window): refuse it (:class:`BreakerTripped`,
+    ``slurmtower.breaker.tripped`` recorded unless a dry run), or note its ``override``
+    (``slurmtower.breaker.overridden``); ``None`` when it does not trip (or is off)."""
+    settings = run.settings.actions if run.settings is not None else None
+    if settings is None or not settings.breaker_enabled:
+        return None
+    read_at = datetime.now(UTC)
+    every = run.client.nodes()
+    out = [n for n in every if holds_node(n)]
+    tripped = evaluate(settings, every, node_holds(run.holds, out, read_at=read_at), ns, read_at)
+    if not tripped:
+        return None
+    payload = {"action": action, "nodes": str(ns), "principal": run.principal, "via": run.via,
+               "execution_id": run.execution_id, "window": settings.breaker_window,
+               "scopes": [t.as_dict() for t in tripped]}
+    if override:
+        run.stdout.append(f"circuit breaker overridden: {tripped[0].describe()} out of service within "
+                          f"{settings.breaker_window:g} s (limit {tripped[0].limit})")
+        if not run.dry_run:
+            run.record_event(OVERRIDDEN, payload, node=str(ns) if len(ns) == 1 else None)
+        return {"overridden": True, "scopes": payload["scopes"]}
+    if not run.dry_run:
+        run.record_event(TRIPPED, payload, node=str(ns) if len(ns) == 1 else None)
+    raise refusal(action, tripped, settings.breaker_window, run.visibility().hiding_nodes(every))

@@ -35,7 +35,9 @@ from pydantic import BaseModel, ValidationError
 import slurmtower.actions.impl  # noqa: F401 - registers the actions
 import slurmtower.actions.jobs  # noqa: F401 - registers the job actions
 import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
+import slurmtower.actions.reservations  # noqa: F401 - registers slurm.reservation.*
 import slurmtower.actions.why  # noqa: F401 - registers slurm.job.why
+from slurmtower.actions.approvals import Approvals
 from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via
 from slurmtower.actions.params import check_program, program_allowed
@@ -174,6 +176,7 @@ class Catalogue:
         self.settings = settings
         self._accounting = accounting
         self._accounting_built: AccountingDB | None = None
+        self._approvals: Approvals | None = None
 
     @classmethod
     def from_settings(
@@ -208,6 +211,13 @@ class Catalogue:
             source = self._store_source
             self._store = source() if callable(source) else source
         return self._store
+
+    def approvals(self) -> Approvals:
+        """The approval policy and the requests over this catalogue
+        (:mod:`slurmtower.actions.approvals`): what adapters run actions through."""
+        if self._approvals is None:
+            self._approvals = Approvals(self)
+        return self._approvals
 
     def close(self) -> None:
         """Close the action store if it was opened."""
@@ -267,6 +277,7 @@ class Catalogue:
         dry_run: bool | None = None,
         idempotency_key: str | None = None,
         role: str | None = None,
+        approval: tuple[int, str] | None = None,
     ) -> Envelope:
         """Run one action and return its envelope (see the module docstring for errors).
 
@@ -278,7 +289,10 @@ class Catalogue:
         that execution's envelope without acting; other parameters (or an execution with no
         recorded outcome) raise :class:`Conflict`. Read-only actions ignore the key.
         ``role``: the HTTP caller's role, for parameters only some roles may pass
-        (``override_breaker``: admin); ``None`` for the CLI and rules.
+        (``override_breaker``: admin); ``None`` for the CLI and rules. ``approval``: (request
+        id, approver) of the approved request this execution runs for
+        (:mod:`slurmtower.actions.approvals`; ``principal`` is then the requester): the
+        envelope and every audit record name both.
         """
         spec = self.spec(name)
         raw = dict(params or {}) if isinstance(params, dict) else params
@@ -298,7 +312,8 @@ class Catalogue:
         started = _now()
         run = Run(client=self.client, principal=principal, via=via, dry_run=False, settings=self.settings,
                   accounting_factory=self._get_accounting, store_factory=lambda: self.store, execution_id=execution_id,
-                  role=role, catalogue=self)
+                  role=role, catalogue=self, request_id=approval[0] if approval else None,
+                  approved_by=approval[1] if approval else None)
         used: dict[str, Any] = raw if isinstance(raw, dict) else {"parameters": raw}
         try:
             _spec, model = self.validate(name, raw)
@@ -318,6 +333,7 @@ class Catalogue:
                 "execution_id": execution_id, "at": started, "who": principal, "via": via, "action": name,
                 "parameters": used, "nodes": _nodes_param(model), "before": {}, "after": {}, "outcome": "intent",
                 "message": "intent: the outcome is unknown until a record of this execution follows",
+                "request_id": run.request_id, "approved_by": run.approved_by,
             }
             try:
                 self.store.record_intent(execution_id=execution_id, action=name, principal=principal, via=via,
@@ -420,6 +436,8 @@ class Catalogue:
             error=error.to_problem() if error is not None else None,
             http_status=200 if error is None else error.http_status,
             cluster=run.settings.cluster_label() if run.settings is not None else None,
+            request_id=run.request_id,
+            approved_by=run.approved_by,
         )
 
     @staticmethod
@@ -430,19 +448,24 @@ class Catalogue:
         return {
             "execution_id": env.execution_id, "at": env.end_time, "who": run.principal, "via": run.via,
             "action": spec.name, "parameters": env.parameters, "nodes": run.nodes, "before": run.before,
-            "after": run.after, "outcome": outcome, "message": message,
+            "after": run.after, "outcome": outcome, "message": message, "request_id": run.request_id,
+            "approved_by": run.approved_by,
         }
 
 
 def rule_dispatcher(catalogue: Catalogue) -> Dispatcher:
     """The rules engine's ``(action_ref, params, context) -> envelope dict`` over the catalogue.
 
-    The rule's name is the principal (owner tags read ``[slurmtower:<rule>@rule]``).
+    The rule's name is the principal (owner tags read ``[slurmtower:<rule>@rule]``). An act
+    under a two-person rule (``approvals.two_person``) becomes a request a person approves:
+    the dict is then the request (``request_id``, ``state``), its ``status`` ``requested``.
     """
 
     def dispatch(ref: str, params: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         who = str(context.get("rule") or "rule")
-        env = catalogue.execute(ref, params, principal=who, via="rule")
-        return env.model_dump(mode="json")
+        done = catalogue.approvals().submit(ref, params, principal=who, role=None, via="rule")
+        if not isinstance(done, Envelope):
+            return {"status": "requested", "request_id": done.id, **done.model_dump(mode="json")}
+        return done.model_dump(mode="json")
 
     return dispatch

@@ -49,7 +49,7 @@ class Envelope(BaseModel):
     start_time: datetime
     end_time: datetime
     principal: str
-    via: Literal["cli", "api", "rule"]
+    via: Literal["cli", "api", "rule", "mcp"]
     dry_run: bool = False
     error: dict[str, Any] | None = None
     """The problem body (RFC 9457) of a failed execution."""
@@ -59,6 +59,11 @@ class Envelope(BaseModel):
     http_status: int = Field(default=200, exclude=True)
     cluster: str | None = None
     """The cluster acted on (``[[clusters]]``); ``None`` in a one-cluster deployment."""
+    request_id: int | None = None
+    """The request this execution ran for (``GET /requests/{id}``): ``principal`` is its
+    requester, the owner of what it made."""
+    approved_by: str | None = None
+    """Who approved that request."""
 
 
 class AuditRecord(BaseModel):
@@ -82,3 +87,7 @@ class AuditRecord(BaseModel):
     message: str = ""
     cluster: str | None = None
     """The cluster acted on (its name; ``None`` in a one-cluster deployment)."""
+    request_id: int | None = None
+    """The request the execution ran for (``who`` is its requester)."""
+    approved_by: str | None = None
+    """Who approved that request: an approved act's records name both people."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, evaluate, refusal
+from slurmtower.actions.breaker import guard
 from slurmtower.actions.holds import Hold, any_held, node_holds
 from slurmtower.actions.ownership import (
     OwnerTag,
@@ -56,6 +56,7 @@ from slurmtower.actions.params import (
     TriggerUnsetParams,
 )
 from slurmtower.actions.registry import Run, action, node_snapshot
+from slurmtower.actions.reservations import find_reservation, forget_owner, remember_owner, reservation_snapshot
 from slurmtower.errors import (
     AccountingUnavailable,
     Conflict,
@@ -63,7 +64,7 @@ from slurmtower.errors import (
     NotFound,
     SlurmRequestError,
 )
-from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Reservation, config_key, parse_job_state
+from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, config_key, parse_job_state
 from slurmtower.models.accounting import HistoryJob
 from slurmtower.models.job import step_label
 from slurmtower.nodeset import NodeSet
@@ -362,27 +363,7 @@ def _refuse(others: Mapping[str, Sequence[Hold]], verb: str) -> Conflict:
 def _breaker(run: Run, p: NodeDrainParams | NodeDownParams, ns: NodeSet, action: str) -> dict[str, Any] | None:
     """Refuse (:class:`BreakerTripped`) a drain or down past the circuit breaker's limits,
     or note its override; ``None`` when it does not trip (or is off)."""
-    settings = run.settings.actions if run.settings is not None else None
-    if settings is None or not settings.breaker_enabled:
-        return None
-    read_at = _now()
-    every = run.client.nodes()
-    out = [n for n in every if holds_node(n)]
-    tripped = evaluate(settings, every, node_holds(run.holds, out, read_at=read_at), ns, read_at)
-    if not tripped:
-        return None
-    payload = {"action": action, "nodes": str(ns), "principal": run.principal, "via": run.via,
-               "execution_id": run.execution_id, "window": settings.breaker_window,
-               "scopes": [t.as_dict() for t in tripped]}
-    if p.override_breaker:
-        run.stdout.append(f"circuit breaker overridden: {tripped[0].describe()} out of service within "
-                          f"{settings.breaker_window:g} s (limit {tripped[0].limit})")
-        if not run.dry_run:
-            run.record_event(OVERRIDDEN, payload, node=str(ns) if len(ns) == 1 else None)
-        return {"overridden": True, "scopes": payload["scopes"]}
-    if not run.dry_run:
-        run.record_event(TRIPPED, payload, node=str(ns) if len(ns) == 1 else None)
-    raise refusal(action, tripped, settings.breaker_window, run.visibility().hiding_nodes(every))
+    return guard(run, ns, action, override=p.override_breaker)
 
 
 def _read_holds(run: Run, nodes: str) -> tuple[datetime, NodeSet, list[Node], dict[str, list[Hold]], str]:
@@ -400,13 +381,15 @@ def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[
     with _holds_locked(run):
         read_at, ns, nodes, current, me = _read_holds(run, p.nodes)
         tag = OwnerTag(me, run.via)
+        # An approved request's act names its approver in the reason too (the tag is the requester's).
+        text = p.reason if run.approved_by is None else f"{p.reason} (approved by {sanitize_who(run.approved_by)})"
         plan: dict[str, list[Hold]] = {}
         taken_over: dict[str, list[str]] = {}
         for node in nodes:
             held = current[node.name]
             mine = [h for h in held if h.who == me]
             since = min((h.since for h in mine if h.since is not None), default=read_at)
-            new = Hold(node.name, tag.holder, p.reason, since, state, run.execution_id, True)
+            new = Hold(node.name, tag.holder, text, since, state, run.execution_id, True)
             others = [h for h in held if h.who != me]
             if p.force and others:
                 # Taking over: the others' holds go (today's force), yours is the only one.
@@ -418,7 +401,7 @@ def _set_out(run: Run, p: NodeDrainParams | NodeDownParams, state: str) -> dict[
             else:
                 plan[node.name] = [*held, new]
         breaker = _breaker(run, p, ns, action)
-        reason = tag_reason(p.reason, who=run.principal, via=run.via)
+        reason = tag_reason(text, who=run.principal, via=run.via)
         reasons = {name: join_reason([h.part() for h in holds]) for name, holds in plan.items()}
         with_others = {name: [h.holder for h in holds if h.holder != tag.holder]
                        for name, holds in plan.items() if len(holds) > 1}
@@ -653,12 +636,8 @@ def node_update(run: Run, p: NodeUpdateParams) -> dict[str, Any]:
 # -- reservations -----------------------------------------------------------------------------
 
 
-def _reservation(run: Run, name: str) -> Reservation | None:
-    return next((r for r in run.client.reservations() if r.name == name), None)
-
-
-def _resv_snapshot(resv: Reservation | None) -> dict[str, Any]:
-    return {"reservation": resv.model_dump(mode="json") if resv is not None else None}
+_reservation = find_reservation
+_resv_snapshot = reservation_snapshot
 
 
 @action("slurm.node.reserve", NodeReserveParams, mutating=True, permission="operate")
@@ -687,6 +666,7 @@ def node_reserve(run: Run, p: NodeReserveParams) -> dict[str, Any]:
             users=p.props.users,
             flags=p.props.flags,
         )
+        remember_owner(run, p.reservation_name, None)
     else:
         # 22.05 has no nodes+=: hand Slurm the full list.
         run.client.update_reservation(p.reservation_name, nodes=wanted)
@@ -721,6 +701,7 @@ def node_unreserve(run: Run, p: NodeUnreserveParams) -> dict[str, Any]:
         run.client.update_reservation(p.reservation_name, nodes=remaining)
     else:
         run.client.delete_reservation(p.reservation_name)
+        forget_owner(run, p.reservation_name)
     run.after = {**_resv_snapshot(_reservation(run, p.reservation_name)),
                  "nodes": node_snapshot(run.client.nodes(ns))}
     return {**result, "changed": True}

@@ -571,7 +571,8 @@ def _breaker(run: Run, name: str, p: _JobTarget, counted: Sequence[tuple[Target,
 
 
 def _admin_comment(run: Run, verb: str) -> str:
-    return f"slurmtower: {verb} by {run.principal}@{run.via} ({(run.execution_id or '')[:12]})"[:255]
+    approved = f", approved by {run.approved_by}" if run.approved_by else ""
+    return f"slurmtower: {verb} by {run.principal}@{run.via}{approved} ({(run.execution_id or '')[:12]})"[:255]
 
 
 def _comment(run: Run, verb: str, refs: Sequence[JobRef]) -> None:

@@ -4,7 +4,7 @@ slurmtower appends an owner tag to every reason it sets::
 
     disk swap [slurmtower:alice@cli]
     ^^^^^^^^^  ^^^^^^^^^^ ^^^^^ ^^^
-    why        marker     who   through what (cli, api or rule)
+    why        marker     who   through what (cli, api, rule or mcp: an agent)
 
 ``who`` is the principal (the Unix user for the CLI, the token or JWT subject for the API,
 the rule name for a rule); characters outside ``[A-Za-z0-9_.:-]`` become ``_``. The tag is
@@ -55,7 +55,7 @@ __all__ = [
     "tag_reason",
 ]
 
-Via = Literal["cli", "api", "rule"]
+Via = Literal["cli", "api", "rule", "mcp"]
 TAG_MARKER = "slurmtower"
 
 REASON_SEPARATOR = "; "
@@ -64,7 +64,7 @@ REASON_SEPARATOR = "; "
 # One hold's tag: slurmtower's own, or an outside holder slurmtower kept (user:<name>, or
 # "unknown" when Slurm did not say who set the reason).
 _HOLD_TAG_RE = re.compile(
-    r"\[(?:slurmtower:(?P<who>[A-Za-z0-9_.:\-]+)@(?P<via>cli|api|rule)|(?P<outside>user:[A-Za-z0-9_.\-]+|unknown))\]"
+    r"\[(?:slurmtower:(?P<who>[A-Za-z0-9_.:\-]+)@(?P<via>cli|api|rule|mcp)|(?P<outside>user:[A-Za-z0-9_.\-]+|unknown))\]"
 )
 _ANY_TAG_RE = re.compile(r"\[slurmtower:", re.IGNORECASE)
 _SEPARATOR_RE = re.compile(r"^\s*;\s?")

@@ -62,6 +62,10 @@ class Run:
     role: str | None = None
     """The caller's role over HTTP (``reader``, ``operator``, ``admin``); ``None`` for the CLI
     and rules, whose rights are Slurm's own (the CLI) or the rule file's."""
+    request_id: int | None = None
+    """The request this execution runs for (an approved one): ``principal`` is its requester."""
+    approved_by: str | None = None
+    """Who approved that request: acts name both people (owner tags' reasons, the audit)."""
 
     def accounting(self) -> AccountingDB | None:
         """The accounting reader, or ``None`` when none is configured."""

@@ -264,11 +264,13 @@ class ActionStore:
         after: dict[str, Any],
         outcome: AuditOutcome,
         message: str = "",
+        request_id: int | None = None,
+        approved_by: str | None = None,
     ) -> int:
         """Append one record; returns its ``seq``."""
         row = self._audit_row(execution_id=execution_id, at=at, who=who, via=via, action=action,
                               parameters=parameters, nodes=nodes, before=before, after=after, outcome=outcome,
-                              message=message)
+                              message=message, request_id=request_id, approved_by=approved_by)
         try:
             with self.engine.begin() as conn:
                 result = conn.execute(insert(audit).values(**row))
@@ -291,6 +293,8 @@ class ActionStore:
         after: dict[str, Any],
         outcome: AuditOutcome,
         message: str = "",
+        request_id: int | None = None,
+        approved_by: str | None = None,
     ) -> dict[str, Any]:
         return {
             "execution_id": execution_id,
@@ -305,6 +309,8 @@ class ActionStore:
             "outcome": outcome,
             "message": message[:4000],
             "cluster": self.cluster,
+            "request_id": request_id,
+            "approved_by": approved_by,
         }
 
     def jobs_acted_since(self, since: datetime, actions: Sequence[str]) -> tuple[int, dict[str, int]]:

@@ -48,20 +48,22 @@ ROUTE_MODULES = (
     "load",
     "events",
     "actions",
+    "planning",  # /requests, /reservations
     "hooks",  # /hooks/alertmanager, /hooks/generic (after events: its store)
     "metrics",
     "dashboard",
     "login",  # /ui/login, /ui/login/oidc, /ui/logout
     "ui_jobs",  # /ui/jobs, /ui/jobs/{id}, /ui/history
     "ui_nodes",  # /ui/nodes, /ui/nodes/{name}
-    "ui_pages",  # /ui/partitions, /ui/reservations
+    "ui_pages",  # /ui/partitions
+    "ui_planning",  # /ui/reservations, /ui/requests
     "ui_reports",  # /ui/reports
     "ui_fairshare",  # /ui/fairshare
 )
 
 #: The route modules also served per cluster, under ``/clusters/{cluster}`` (their routes take
 #: ``?cluster=`` on their own paths too): what reads or acts on one cluster's Slurm or accounting.
-CLUSTER_ROUTE_MODULES = ("live", "history", "why", "reports", "load", "actions", "events", "hooks")
+CLUSTER_ROUTE_MODULES = ("live", "history", "why", "reports", "load", "actions", "planning", "events", "hooks")
 
 #: The runtime parts (:data:`slurmtower.runtime.PARTS`) each route module reads.
 ROUTE_PARTS: dict[str, tuple[str, ...]] = {
@@ -74,6 +76,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "load": ("live", "archive"),
     "events": ("events",),
     "actions": ("actions",),
+    "planning": ("actions", "live"),
     "hooks": ("event-store",),
     "metrics": ("live",),
     "dashboard": ("live",),
@@ -81,6 +84,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "ui_jobs": ("live", "accounting"),
     "ui_nodes": ("live",),
     "ui_pages": ("live",),
+    "ui_planning": ("actions", "live"),
     "ui_reports": ("accounting", "live"),
     "ui_fairshare": ("live",),
 }

@@ -43,18 +43,35 @@ def run(
                                   "envelope without acting again (other parameters: exit 3).")] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="yaml, json, or st2: the execution as the "
                                         "StackStorm slurm pack gives it, JSON (docs/stackstorm.md).")] = "yaml",
+    request_reason: Annotated[str | None, typer.Option(
+        "--request-reason", help="Why, when the act becomes a request (a two-person rule covers it: another "
+                                 "person approves it with `slurmtower requests approve`).")] = None,
     config: ConfigOpt = None,
     cluster: ClusterOpt = None,
 ) -> None:
-    """Run one action and print its envelope; exit code 0 only on success."""
-    from slurmtower.actions import Catalogue, cli_principal, parse_cli_params, st2  # deferred: CLI startup
+    """Run one action and print its envelope; exit code 0 only on success (6: it became a request)."""
+    from slurmtower.actions import (  # deferred: CLI startup
+        REQUESTED_EXIT_CODE,
+        Catalogue,
+        Envelope,
+        cli_principal,
+        parse_cli_params,
+        st2,
+    )
 
     _check_output(output, ("yaml", "json", "st2"))
     given = parse_cli_params(params or [])
     parsed = st2.pack_params(action, given) if output == "st2" else given
     catalogue = Catalogue.from_settings(cluster_settings(config, cluster))
-    env = catalogue.execute(action, parsed, principal=cli_principal(), via="cli",
-                            dry_run=True if dry_run else None, idempotency_key=idempotency_key)
+    done = catalogue.approvals().submit(action, parsed, principal=cli_principal(), role=None, via="cli",
+                                        dry_run=True if dry_run else None, idempotency_key=idempotency_key,
+                                        reason=request_reason)
+    if not isinstance(done, Envelope):
+        typer.echo(_dump(done.model_dump(mode="json"), "json" if output == "st2" else output))
+        typer.echo(f"slurmtower: requested: {action} waits for a decision as request {done.id} ({done.why}); "
+                   "nothing done yet", err=True)
+        raise typer.Exit(REQUESTED_EXIT_CODE)
+    env = done
     if output == "st2":
         typer.echo(json.dumps(st2.execution(env.model_dump(mode="json"), given), indent=2))
     else:

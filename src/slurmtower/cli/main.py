@@ -19,6 +19,7 @@ import slurmtower.cli.devcluster
 import slurmtower.cli.events
 import slurmtower.cli.misc
 import slurmtower.cli.reports
+import slurmtower.cli.requests
 import slurmtower.cli.why  # noqa: F401
 from slurmtower.cli.app import app
 from slurmtower.errors import SlurmtowerError

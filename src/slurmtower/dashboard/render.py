@@ -21,6 +21,7 @@ NAV: tuple[tuple[str, str], ...] = (
     ("/ui/history", "History"),
     ("/ui/partitions", "Partitions"),
     ("/ui/reservations", "Reservations"),
+    ("/ui/requests", "Requests"),
     ("/ui/reports", "Reports"),
     ("/ui/fairshare", "Fair share"),
 )

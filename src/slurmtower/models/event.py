@@ -10,6 +10,10 @@ Event types keep the StackStorm pack's names so its rules translate one to one:
 - ``slurm.sensor.trigger.up`` / ``.down``: the sensor started / stopped (payload ``uuid``).
 - ``slurm.sensor.trigger.triggered``: Slurm ran the notify program (payload ``uuid``,
   ``class``, ``type``, ``argument``).
+- ``slurmtower.request.created`` / ``.approved`` / ``.failed`` / ``.denied`` / ``.withdrawn`` /
+  ``.expired``: a request for an act moved on (payload: the request's ``request_id``,
+  ``action``, ``state``, ``requester``, ``reason``, ``decided_by``, ``comment`` ...;
+  :mod:`slurmtower.actions.approvals`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 __all__ = [
     "EVENT_SOURCES",
     "NODE_STATE",
+    "REQUEST_APPROVED",
+    "REQUEST_CREATED",
+    "REQUEST_DENIED",
+    "REQUEST_EXPIRED",
+    "REQUEST_FAILED",
+    "REQUEST_WITHDRAWN",
     "SECURITY",
     "SENSOR_DOWN",
     "SENSOR_TRIGGERED",
@@ -39,9 +49,17 @@ SENSOR_DOWN = "slurm.sensor.trigger.down"
 SENSOR_TRIGGERED = "slurm.sensor.trigger.triggered"
 SECURITY = "slurmtower.security"
 """Rejected callbacks and similar; ``source`` is ``security``."""
+REQUEST_CREATED = "slurmtower.request.created"
+REQUEST_APPROVED = "slurmtower.request.approved"
+"""Approved, and its action ran (``execution_id``)."""
+REQUEST_FAILED = "slurmtower.request.failed"
+"""Approved, and its action ran and failed."""
+REQUEST_DENIED = "slurmtower.request.denied"
+REQUEST_WITHDRAWN = "slurmtower.request.withdrawn"
+REQUEST_EXPIRED = "slurmtower.request.expired"
 
 #: Known values of :attr:`Event.source`; others are allowed (plugins, tests).
-EVENT_SOURCES = ("trigger", "poll", "startup", "sensor", "security", "rule", "api")
+EVENT_SOURCES = ("trigger", "poll", "startup", "sensor", "security", "rule", "api", "cli", "mcp", "approvals")
 
 TransitionKind = Literal["appeared", "disappeared", "state", "flags"]
 RuleRunOutcome = Literal[

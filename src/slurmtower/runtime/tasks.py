@@ -19,6 +19,7 @@ callback-refusals   every process   records refused callbacks, a count per minut
 forward:<target>    sensor           forwards events to ``hooks.forward`` targets
 execution-purge     archiver         drops executions past ``actions.retention_days``
 maintenance         archiver         moves ``slurm.node.maintain`` runs on
+request-expiry      archiver         expires requests past ``approvals.request_ttl_hours`` (an event each)
 ==================  ==============  ====================================================
 """
 
@@ -133,5 +134,14 @@ def _action_tasks(services: Services) -> list[BackgroundTask]:
         await asyncio.to_thread(runner.advance)
         return settings.maintenance_interval
 
+    async def expiry_round() -> float:
+        # Each expired request is an event (rules and hooks page on it) as soon as its time is
+        # past, whether or not anyone reads it.
+        expired = await asyncio.to_thread(services.action_catalogue().approvals().expire)
+        if expired:
+            log.info("expired %d request(s): %s", len(expired), ", ".join(str(r.id) for r in expired))
+        return services.settings.approvals.expiry_interval
+
     return [BackgroundTask(name="execution-purge", run=purge_round, role="archiver"),
-            BackgroundTask(name="maintenance", run=maintenance_round, role=services.role_name("archiver"))]
+            BackgroundTask(name="maintenance", run=maintenance_round, role=services.role_name("archiver")),
+            BackgroundTask(name="request-expiry", run=expiry_round, role=services.role_name("archiver"))]

@@ -12,7 +12,7 @@ from slurmtower.store.schema import VERSION_TABLE, schema_options
 __all__ = ["HEAD_REVISION", "at_head", "ensure_current"]
 
 #: This slurmtower's head revision (tests/test_store_schema.py checks it is the migrations' head).
-HEAD_REVISION = "0008_executions_per_cluster"
+HEAD_REVISION = "0009_requests_reservations"
 
 
 def at_head(engine: Engine, *, schema: str | None = None) -> bool:

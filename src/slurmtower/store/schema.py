@@ -18,7 +18,10 @@ The store (SQLite under ``state_dir`` by default, any SQLAlchemy URL) holds:
 ``web_sessions``, ``login_states``
     the dashboard's sessions and the sign-ons under way (:mod:`slurmtower.store.sessions`);
 ``token_state``
-    the static tokens' revocations and last uses (:mod:`slurmtower.store.tokens`).
+    the static tokens' revocations and last uses (:mod:`slurmtower.store.tokens`);
+``action_requests``, ``reservation_owners``
+    the requests for acts a caller may ask for but not do, and who owns each reservation
+    slurmtower made (:mod:`slurmtower.actions.request_store`).
 
 Tables have no schema of their own: a store in a PostgreSQL schema (the tests' scratch
 schemas) maps ``None`` to it with SQLAlchemy's ``schema_translate_map``
@@ -57,6 +60,7 @@ __all__ = [
     "UTCDateTime",
     "action_audit",
     "action_executions",
+    "action_requests",
     "callback_nonces",
     "deployment",
     "event_cursors",
@@ -68,6 +72,7 @@ __all__ = [
     "metadata",
     "node_holds",
     "node_states",
+    "reservation_owners",
     "rule_runs",
     "schema_options",
     "token_state",
@@ -221,6 +226,10 @@ action_audit = Table(
     Column("outcome", String(16), nullable=False),
     Column("message", Text, nullable=False, default=""),
     _cluster(),
+    # Revision 9: the request an execution ran for, and who approved it (the ``who`` is the
+    # requester: the owner of what it made).
+    Column("request_id", BigInteger(), nullable=True),
+    Column("approved_by", String(255), nullable=True),
     Index("ix_action_audit_who", "who"),
     Index("ix_action_audit_action", "action"),
     Index("ix_action_audit_cluster_seq", "cluster", "seq"),
@@ -338,6 +347,61 @@ token_state = Table(
     Column("revoked_at", Float, nullable=True),
     Column("last_used_at", Float, nullable=True),
     Column("last_address", String(255), nullable=True),
+)
+
+# -- requests and approvals (revision 9) ------------------------------------------------------
+
+action_requests = Table(
+    "action_requests",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    _cluster(),
+    Column("action", String(64), nullable=False),
+    Column("parameters", JSON, nullable=False),
+    Column("requester", String(255), nullable=False),
+    # The requester's role where it made the request (None: the CLI or a rule).
+    Column("requester_role", String(16), nullable=True),
+    # The channel it came through: api, cli, rule, mcp.
+    Column("via", String(8), nullable=False),
+    Column("reason", Text, nullable=True),
+    # What the action's dry run said when the request was made, and that dry run's execution.
+    Column("plan", JSON, nullable=False),
+    Column("plan_execution_id", String(64), nullable=True),
+    # The node set the act names (folded), for the visibility filter and the calendar.
+    Column("nodes", Text, nullable=True),
+    Column("partition", String(255), nullable=True),
+    # Why it needs a decision (the policy's words), the least role that decides, two people.
+    Column("why", Text, nullable=False),
+    Column("approver_role", String(16), nullable=False),
+    Column("two_person", Boolean, nullable=False, default=False),
+    # pending, running (approved, the action running), approved, failed, denied, withdrawn, expired
+    Column("state", String(16), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("decided_at", UTCDateTime(), nullable=True),
+    Column("decided_by", String(255), nullable=True),
+    Column("decided_via", String(8), nullable=True),
+    Column("comment", Text, nullable=True),
+    # The execution an approval ran.
+    Column("execution_id", String(64), nullable=True),
+    Index("ix_action_requests_cluster_state", "cluster", "state", "id"),
+    Index("ix_action_requests_requester", "requester", "id"),
+    Index("ix_action_requests_expires_at", "state", "expires_at"),
+    sqlite_autoincrement=True,
+)
+
+reservation_owners = Table(
+    "reservation_owners",
+    metadata,
+    Column("cluster", String(CLUSTER_KEY), primary_key=True, server_default="", default=""),
+    Column("name", String(255), primary_key=True),
+    # slurmtower:alice@api: the owner tag of who made (or asked for) the reservation.
+    Column("owner", String(255), nullable=False),
+    Column("approved_by", String(255), nullable=True),
+    Column("request_id", BigInteger(), nullable=True),
+    Column("execution_id", String(64), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("updated_at", UTCDateTime(), nullable=False),
 )
 
 TABLE_NAMES: frozenset[str] = frozenset(metadata.tables)

@@ -3,7 +3,9 @@
 ``POST /actions/{name}`` returns the same envelope as ``slurmtower run``. Reads need the
 ``reader`` role, node and reservation actions ``operator``, triggers ``admin`` (and their
 program must be in ``auth.trigger_program_allowlist``); job actions ``operator``, or the
-``user`` role on its own jobs (:mod:`slurmtower.actions.jobs`). The caller's principal is the owner
+``user`` role on its own jobs (:mod:`slurmtower.actions.jobs`). Where the approval policy says
+the caller may only ask (a ``user``'s reservation, a two-person act), the answer is 202 with a
+request (:mod:`slurmtower.actions.approvals`, ``/requests``). The caller's principal is the owner
 in drain tags and the ``who`` of the audit log.
 """
 
@@ -20,9 +22,9 @@ from pydantic import BaseModel
 from slurmtower.actions import AuditRecord, Catalogue, Envelope, st2
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
+from slurmtower.api.routes.planning import shown_request
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.errors import PermissionDenied
-from slurmtower.principal import ACTION_PERM, USER
+from slurmtower.models.request import ActionRequest
 from slurmtower.runtime import Services
 from slurmtower.visibility import Hidden, Visibility
 
@@ -62,7 +64,10 @@ async def show_action(name: ActionName) -> dict[str, Any]:
 
 
 @router.post("/actions/{name}", response_model=Envelope | st2.St2Execution,
-             responses=problems(400, *READ_PROBLEMS, 404, 409, 413, 503))
+             responses={**problems(400, *READ_PROBLEMS, 404, 409, 413, 503), 202: {
+                 "model": ActionRequest,
+                 "description": "The caller may only ask for this act (or it needs a second person): a "
+                                "request, pending, nothing changed (`GET /requests/{id}`)."}})
 async def run_action(
     name: ActionName,
     services: ClusterDep,
@@ -73,17 +78,18 @@ async def run_action(
         description="A retry with the same key and parameters returns the first execution's envelope "
                     "without acting again (other parameters: 409). Keys are per principal; read-only "
                     "actions ignore it.")] = None,
+    request_reason: Annotated[str | None, Query(max_length=10_000, description=(
+        "Why, when the act becomes a request (the caller may only ask for it, or it needs a second "
+        "person): the request keeps it for whoever decides."))] = None,
     format: Format = "slurmtower",  # noqa: A002 - the query parameter's name
 ) -> JSONResponse:
-    """Run an action with JSON parameters; the same envelope as ``slurmtower run``."""
+    """Run an action with JSON parameters (or ask for it: 202, a request); the envelope of ``slurmtower run``."""
     shape = st2.check_format(format)
     catalogue = _catalogue(services)
     spec = catalogue.spec(name)
-    needed = ACTION_PERM[spec.permission]
-    if principal.perm < needed and not (spec.own_jobs and principal.role == USER):
-        raise PermissionDenied(f"{principal.name} ({principal.role}) may not run {name}: needs "
-                               f"{needed.name.lower()}" + (" (or the user role, on its own jobs)" if spec.own_jobs
-                                                           else ""))
+    approvals = catalogue.approvals()
+    if not approvals.policy.may_do(spec, principal.role) and not approvals.policy.may_ask(spec, principal.role):
+        raise approvals.policy.refusal(spec, principal.name, principal.role)
     given = parameters or {}
     if shape == "st2":  # the pack's names of config items and job fields
         parameters = st2.pack_params(name, given)
@@ -91,11 +97,13 @@ async def run_action(
         Visibility.from_settings(services.settings).check_search(parameters, principal)
     # Read before acting: an answer that could not be cut must not follow a change in Slurm.
     hidden = await services.live().hiding()
-    env = await asyncio.to_thread(catalogue.execute, name, parameters or {}, principal=principal.name,
-                                  via="api", dry_run=dry_run, idempotency_key=idempotency_key,
-                                  role=principal.role)
-    body = _shown(services, env, principal, hidden)
-    return JSONResponse(st2.execution(body, given) if shape == "st2" else body, status_code=env.http_status)
+    done = await asyncio.to_thread(approvals.submit, name, parameters or {}, principal=principal.name,
+                                   role=principal.role, via="api", dry_run=dry_run, idempotency_key=idempotency_key,
+                                   reason=request_reason)
+    if isinstance(done, ActionRequest):
+        return JSONResponse(await shown_request(services, done, principal), status_code=202)
+    body = _shown(services, done, principal, hidden)
+    return JSONResponse(st2.execution(body, given) if shape == "st2" else body, status_code=done.http_status)
 
 
 def _shown(services: Services, env: Envelope, principal: Principal, hidden: Hidden) -> dict[str, Any]:

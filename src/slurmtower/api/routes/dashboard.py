@@ -57,6 +57,7 @@ _STATIC = {
     "common.js": "text/javascript",
     "node.js": "text/javascript",
     "reports.js": "text/javascript",
+    "planning.js": "text/javascript",
     "dashboard.css": "text/css",
     "uPlot.iife.min.js": "text/javascript",
     "uPlot.min.css": "text/css",
@@ -244,7 +245,8 @@ _SECTIONS = (
     ("/ui/history", "History", (("/ui/jobs", "All jobs"), ("/ui/history", "History"))),
     ("/ui/nodes", "Nodes", (("/ui/nodes", "All nodes"),)),
     ("/ui/partitions", "Partitions", (("/ui", "Overview"),)),
-    ("/ui/reservations", "Reservations", (("/ui", "Overview"),)),
+    ("/ui/reservations", "Reservations", (("/ui/reservations", "Reservations"),)),
+    ("/ui/requests", "Requests", (("/ui/requests", "Requests"),)),
     ("/ui/reports", "Reports", (("/ui/reports", "Reports"),)),
 )
 

@@ -212,6 +212,21 @@
     document.addEventListener("slurmtower:acted", () => { setTimeout(renew, 800); });
   }
 
+  /* The requests waiting for a decision (the caller's own, below operator), beside "Requests". */
+  const badge = document.getElementById("nav-requests-count");
+  if (badge) {
+    fetch(api("/requests?state=pending&limit=1"), {credentials: "same-origin", cache: "no-store"})
+      .then((resp) => (resp.ok ? resp.json() : null))
+      .then((page) => {
+        if (page && page.pending > 0) {
+          badge.textContent = String(page.pending);
+          badge.title = page.pending + " pending";
+          badge.hidden = false;
+        }
+      })
+      .catch(() => { /* no count: the link still leads there */ });
+  }
+
   /* Log out: the server ends the session (every process) and says where to go next (the
      identity provider's logout for a single sign-on session, else the login page). */
   document.getElementById("logout").addEventListener("click", async () => {
