@@ -362,8 +362,10 @@ def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = T
 
 def _ran(job: Mapping[str, str]) -> bool:
     """The run had an allocation. Not AllocCPUS: for a requeued job cancelled before it ran
-    again, sacct prints the CPUs asked for (no AllocTRES, NodeList ``None assigned``)."""
-    return bool(job["AllocTRES"]) and job["AllocCPUS"] != "0"
+    again, sacct prints the CPUs asked for (no AllocTRES, NodeList ``None assigned``). Not
+    AllocTRES alone: a pending job the backfill scheduler planned keeps its plan there
+    (``billing=1,cpu=1,mem=100M``, no node) though it never started (Start ``None``)."""
+    return bool(job["AllocTRES"]) and job["AllocCPUS"] != "0" and job.get("Start") not in ("None", "Unknown")
 
 
 def _alloc(tres: str) -> dict[str, int]:
@@ -423,8 +425,8 @@ def _seconds(text: str) -> float:
 
 
 def test_efficiency_agrees_with_sacct(reports: Reports, rolled: Rolled) -> None:
-    fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "End", "MaxRSS",
-              "NTasks")
+    fields = ("JobIDRaw", "User", "Account", "AllocCPUS", "ElapsedRaw", "TotalCPU", "AllocTRES", "Start", "End",
+              "MaxRSS", "NTasks")
     runs = [(j, steps) for j, steps in _sacct_runs(rolled.start, rolled.end, *fields, truncate=False)
             if _ran(j) and j["End"] not in ("Unknown", "")
             and rolled.start <= datetime.fromisoformat(j["End"]).astimezone(UTC) < rolled.end]

@@ -56,6 +56,7 @@ READ_ACTION_PARAMS: dict[str, dict[str, Any]] = {
     "slurm.job.find": {"criterias": {"user_name": getpass.getuser()}, "include_finished": True},
     "slurm.job.get": {"jobids": ["{visible}"]},
     "slurm.job.step.get": {"jobids": ["{visible}"]},
+    "slurm.job.why": {"jobids": ["{visible}"]},
     "slurm.node.get": {"nodes": "n[1-4]"},
 }
 
@@ -146,7 +147,7 @@ def test_no_get_route_shows_a_hidden_partition_or_its_job(app: FastAPI, api: Tes
         assert expected in paths
     extra = ["/queue?partition=batch", f"/queue?user={getpass.getuser()}", "/nodes?partition=batch",
              "/nodes?nodes=n1", "/history?partition=batch", f"/history?jobid={jobs['hidden']}",
-             f"/history?user={getpass.getuser()}"]
+             f"/history?user={getpass.getuser()}", f"/jobs/{jobs['visible']}/why", f"/jobs/{jobs['hidden']}/why"]
     leaks = {}
     seen_visible = False
     for path in [*paths, *extra]:
@@ -178,7 +179,7 @@ def test_no_read_action_shows_a_hidden_partition_or_its_job(api: TestClient, job
             leaks[name] = found
     assert leaks == {}
     # Asked by id, a hidden job is unknown, like one that does not exist.
-    for name in ("slurm.job.get", "slurm.job.step.get"):
+    for name in ("slurm.job.get", "slurm.job.step.get", "slurm.job.why"):
         got = api.post(f"/actions/{name}", json={"jobids": [jobs["hidden"]]}, headers=bearer(READER))
         assert got.status_code == 404, (name, got.text[:300])
         assert jobs["marker"] not in got.text and not re.search(rf"\b{HIDDEN}\b", got.text)

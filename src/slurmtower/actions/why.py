@@ -31,6 +31,7 @@ import bisect
 import logging
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -404,8 +405,6 @@ RESERVATIONS_TTL = 15.0
 
 
 def _kept_reservations(client: Any) -> list[Reservation]:
-    import time
-
     now = time.monotonic()
     with _memo_lock:
         found = _RESERVATIONS.get(client)

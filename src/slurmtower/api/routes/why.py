@@ -29,7 +29,7 @@ from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
-from slurmtower.errors import PermissionDenied
+from slurmtower.errors import InvalidInput, PermissionDenied
 from slurmtower.models.scheduling import ShareRow
 from slurmtower.models.why import JobWhy
 from slurmtower.runtime import Services
@@ -40,7 +40,7 @@ __all__ = ["FairshareResponse", "fairshare_view", "job_why_view", "router", "sho
 
 router = APIRouter(tags=["scheduling"])
 Reader = Annotated[Principal, require(Perm.READ)]
-JobId = Annotated[int, Path(ge=1, le=2**32 - 1, description="A job id (an array task's own id, or the array's).")]
+JobId = Annotated[str, Path(description="A job id (a whole number: an array task's own id, or the array's).")]
 
 
 class FairshareResponse(BaseModel):
@@ -67,7 +67,9 @@ async def job_why_view(services: Services, job_id: int, principal: Principal) ->
 async def job_why(job_id: JobId, request: Request, services: ClusterDep, principal: Reader) -> JobWhy:
     """Why a job waits: its reason in plain words, the facts that block it, what its owner can change."""
     strict_query(request, ())
-    return await job_why_view(services, job_id, principal)
+    if not (job_id.isascii() and job_id.isdigit()) or not 0 < int(job_id) < 2**32:
+        raise InvalidInput(f"{job_id[:40]!r} is not a job id (a whole number from 1)", param="job_id")
+    return await job_why_view(services, int(job_id), principal)
 
 
 def shown_shares(rows: list[ShareRow], access: str, viewer: Viewer, policy: Visibility) -> list[ShareRow]:
