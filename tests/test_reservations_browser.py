@@ -93,8 +93,9 @@ def test_the_calendar_checks_reserves_and_a_users_request_is_approved(tower: str
     otto.goto(f"{tower}/ui/requests")
     wait_js(otto, "!document.getElementById('nav-requests-count').hidden")
     row = otto.locator(f'tr[data-request="{request_id}"]')
-    assert "alice" in row.locator("td.qwho").inner_text() and "thesis runs" not in row.locator("td.qwho").inner_text()
-    assert "n3" in row.locator("td.qwhat").inner_text()
+    assert row.locator("td.qwho").inner_text().startswith("alice user via api")
+    assert "on n3 for alice" in row.locator("td.qwhat").inner_text()
+    assert row.locator("td.qwhat .qcomment").inner_text() == "thesis runs"
     shoot(otto, "requests")
     otto.once("dialog", lambda dialog: dialog.accept("fine"))
     row.locator('button[data-verb="approve"]').click()
