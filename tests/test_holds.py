@@ -241,8 +241,9 @@ def test_holds_over_http_and_get_nodes_holds(settings: Settings, client: CliSlur
     assert [(h["holder"], h["reason"], h["execution_id"]) for h in n2["holds"]] == [
         ("slurmtower:otto@api", "fan", first.json()["execution_id"]),
         ("slurmtower:ada@api", "bios", second.json()["execution_id"])]
-    assert http.get("/nodes/holds?nodes=n[3-4]", headers=bearer(READER)).json() | {"fetched_at": None} == {
-        "fetched_at": None, "stale": False, "count": 0, "nodes": []}
+    assert http.get("/nodes/holds?nodes=n[3-4]", headers=bearer(READER)).json() | {
+        "fetched_at": None, "state_fetched_at": None} == {
+        "fetched_at": None, "state_fetched_at": None, "stale": False, "count": 0, "nodes": []}
     bad = http.get("/nodes/holds?node=n2", headers=bearer(READER))
     assert bad.status_code == 400 and "(known: nodes)" in bad.json()["detail"]
     # /nodes stays the cached bytes: its node carries the reason that names both holders
