@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from scale import (
     LAB_DIR,
     LAB_NAME,
     RESULTS,
+    USERS,
     Queue,
     cancel,
     cancel_leftovers,
@@ -52,6 +54,7 @@ from scale import (
     lab_port_base,
     log,
     rpc_times,
+    sbatch,
     serving,
     submit_running,
 )
@@ -84,20 +87,34 @@ def rpc_counts(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, i
             if name not in BACKGROUND and c > before.get(name, (0, 0))[0]}
 
 
-def ask(http: httpx.Client, headers: dict[str, str], ids: list[int]) -> tuple[list[float], dict[str, int]]:
-    """Seconds per answer (200s only) and the statuses of the others."""
-    took: list[float] = []
+def ask(http: httpx.Client, headers: dict[str, str], ids: list[int]) -> tuple[list[tuple[float, str]], dict[str, int]]:
+    """(seconds, reason code) per answer (200s only), and the statuses of the others."""
+    took: list[tuple[float, str]] = []
     others: dict[str, int] = {}
     for job_id in ids:
         t = time.perf_counter()
         resp = http.get(f"/jobs/{job_id}/why", headers=headers)
         elapsed = time.perf_counter() - t
         if resp.status_code == 200:
-            took.append(elapsed)
+            took.append((elapsed, resp.json().get("reason") or "None"))
         else:
             key = f"{resp.status_code}"
             others[key] = others.get(key, 0) + 1
     return took, others
+
+
+def submit_waiting(queue: Queue, env: dict[str, str], n: int, workers: int, rng: random.Random) -> list[int]:
+    """``n`` one-CPU jobs in batch (n1-n2, whose CPUs the running jobs hold): they wait for
+    resources (``Resources``, ``Priority``), each ranked against the others."""
+    users = ["alice", "bob", "carol", "dave"]
+    argvs = [[f"--uid={u}", "-A", USERS[u][0], "-p", "batch", "-n", "1", "-J", "sb-sim", "-t", str(rng.randint(5, 60)),
+              f"--nice={rng.randint(0, 1000)}", "--wrap", "sleep 60"] for u in rng.choices(users, k=n)]
+    with ThreadPoolExecutor(workers) as pool:
+        made = [j for j in pool.map(lambda a: sbatch(env, a), argvs) if j is not None]
+    queue.ids += made
+    queue.jobs += len(made)
+    queue.records += len(made)
+    return made
 
 
 def machine() -> str:
@@ -114,7 +131,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the queue (array tasks counted)")
-    ap.add_argument("--requests", type=int, default=300, help="pending jobs asked, each once per pass")
+    ap.add_argument("--requests", type=int, default=300, help="pending jobs asked, each once per pass (half of "
+                    "them waiting for resources)")
+    ap.add_argument("--waiting", type=int, default=2000, help="of --jobs, one-CPU jobs waiting for batch's CPUs")
     ap.add_argument("--array-share", type=float, default=0.3)
     ap.add_argument("--workers", type=int, default=4, help="parallel sbatch processes")
     ap.add_argument("--lab-dir", type=Path, default=LAB_DIR)
@@ -138,15 +157,20 @@ def main() -> None:
             log(f"  cancelled {gone} jobs an earlier run left")
         submit_running(queue, env)
         t = time.perf_counter()
-        fill(queue, args.jobs, env, array_share=args.array_share, workers=args.workers, rng=rng)
-        log(f"  {queue.jobs:,} jobs in {queue.records:,} records submitted in {time.perf_counter() - t:.0f} s")
+        fill(queue, args.jobs - args.waiting, env, array_share=args.array_share, workers=args.workers, rng=rng)
+        waiting = submit_waiting(queue, env, args.waiting, args.workers, rng)
+        log(f"  {queue.jobs:,} jobs in {queue.records:,} records submitted in {time.perf_counter() - t:.0f} s "
+            f"({len(waiting):,} of them waiting for batch's CPUs)")
         operator = {"Authorization": f"Bearer {cluster.demo_tokens()['operator']}"}
         state_dir = Path(f"/tmp/slurmtower-why-bench-{os.getpid()}")  # noqa: S108
         with serving(cluster, state_dir, access_log=False) as serve:
             ready, first_queue = serve.wait_ready(operator, timeout=600)
             log(f"  serve: /ready after {ready:.1f} s, first /queue after {first_queue:.1f} s")
-            ids = pending_ids(env)
-            chosen = rng.sample(ids, min(args.requests, len(ids)))
+            others = sorted(set(pending_ids(env)) - set(waiting))
+            half = args.requests // 2
+            chosen = rng.sample(waiting, min(half, len(waiting)))
+            chosen += rng.sample(others, min(args.requests - len(chosen), len(others)))
+            rng.shuffle(chosen)
             with httpx.Client(base_url=serve.url, timeout=120) as http:
                 first = ask(http, operator, chosen[:1])[0]  # the snapshot's ranking is made here
                 before = rpc_times(env)
@@ -156,11 +180,18 @@ def main() -> None:
                 middle = rpc_times(env)
                 warm, warm_other = ask(http, operator, chosen[1:])
                 after = rpc_times(env)
-        rows = [("first request (ranks every partition once per snapshot)", first, {}, {}, 0.0)]
-        rows.append(("first pass: each job once (sprio + squeue --start)", cold, cold_other,
-                     rpc_counts(before, middle), cold_wall))
-        rows.append(("second pass: the same jobs (their answers kept)", warm, warm_other,
+        queued = {"Priority", "Resources", "None"}
+        rows = [("first request (ranks every partition once per snapshot)", [t for t, _r in first], {}, {}, 0.0)]
+        rows.append(("first pass: each job once", [t for t, _r in cold], cold_other, rpc_counts(before, middle),
+                     cold_wall))
+        rows.append(("first pass, jobs waiting for resources (sprio + squeue --start each)",
+                     [t for t, r in cold if r in queued], {}, {}, 0.0))
+        rows.append(("second pass: the same jobs (their answers kept)", [t for t, _r in warm], warm_other,
                      rpc_counts(middle, after), 0.0))
+        reasons: dict[str, int] = {}
+        for _t, reason in cold:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        log("  reasons of the jobs asked: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())))
         report = render(args, queue, rows)
         RESULTS.mkdir(exist_ok=True)
         out = RESULTS / f"why-{datetime.now(UTC):%Y-%m-%d}-{queue.jobs}.md"

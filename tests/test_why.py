@@ -8,6 +8,7 @@ against what squeue, sprio, sshare, scontrol and sacctmgr say; who sees what; fa
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 from collections.abc import Iterator
@@ -19,10 +20,13 @@ import httpx
 import pytest
 
 from slurmtower.actions import Catalogue
+from slurmtower.actions import why as why_module
 from slurmtower.actions.why import ClientSources, explain
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster
+from slurmtower.models import Job, JobState
+from slurmtower.models.table import JobTable, job_fragment
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
 from slurmtower.slurm.adapters import parse_text_time
@@ -310,6 +314,33 @@ def test_an_unknown_reason_is_shown_as_itself_with_the_generic_facts(scenario: d
     assert (answer["reason"], answer["known"], answer["category"]) == ("WaitingForQuantumAnnealer", False, "unknown")
     assert "WaitingForQuantumAnnealer" in answer["summary"]
     assert {"priority", "rank", "start", "resources"} <= {f["kind"] for f in answer["facts"]}
+
+
+def test_a_snapshots_ranking_is_patched_as_it_would_be_made() -> None:
+    rng = random.Random(44)
+    reasons = ["Priority", "Resources", None, "JobHeldUser", "BeginTime"]
+
+    def job(i: int) -> Job:
+        return Job(job_id=i, state=rng.choice([JobState.PENDING] * 4 + [JobState.RUNNING]),
+                   partition=rng.choice(["debug", "batch", "batch,short"]), user_name=rng.choice(["alice", "bob"]),
+                   priority=rng.randint(1, 50), state_reason=rng.choice(reasons))
+
+    first = JobTable.from_jobs([job(i) for i in range(1, 400)])
+    ranked = why_module._table_waiting(first)
+    assert ranked["batch"] == sorted(ranked["batch"]) and ranked["short"]
+    frags = list(first.fragments)
+    for row in rng.sample(range(len(frags)), 30):  # a refresh: 30 jobs changed, the rest the same bytes
+        frags[row] = job_fragment(job(first.keys[row]))
+    columns = {c: list(first.columns[c]) for c in ("user", "account", "partition", "state", "name", "nodes", "line")}
+    for row, frag in enumerate(frags):
+        model = Job.model_validate_json(frag)
+        columns["user"][row], columns["partition"][row], columns["state"][row] = (
+            model.user_name, model.partition, model.state.value)
+    second = JobTable(first.keys, frags, columns)
+    patched = why_module._table_waiting(second)
+    why_module._LAST.clear()
+    fresh = why_module._table_waiting(JobTable(second.keys, second.fragments, second.columns))
+    assert patched == fresh and patched != ranked
 
 
 def test_criterias_explain_a_users_pending_jobs(cluster_settings: Settings, client: CliSlurmClient,

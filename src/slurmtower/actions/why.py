@@ -34,6 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -93,6 +94,8 @@ MAX_WHY_JOBS = 100
 AHEAD_SHOWN = 10
 #: The unavailable nodes described one by one (the others are counted).
 NODES_SHOWN = 20
+#: Where an explanation reads Slurm meanwhile (a job's squeue --start beside its sprio).
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="why")
 #: Reasons of the jobs that wait for resources in a partition (``None``: not looked at yet).
 _COMPETING = frozenset({"Priority", "Resources", None})
 _CRITERIA = ("user", "account", "partition", "state", "name", "nodes")
@@ -207,7 +210,7 @@ class WhySources(Protocol):
 
 
 def _sorted_waiting(rows: Iterable[Waiting]) -> list[Waiting]:
-    return sorted(rows, key=lambda w: (w[0], w[1]))
+    return sorted(rows)  # (-priority, job id) first: unique, so the rest never compares
 
 
 def _free(nodes: Iterable[Node]) -> PartitionFree:
@@ -305,26 +308,71 @@ def _row_rank(frag: bytes) -> tuple[int, str | None]:
     return priority, reason
 
 
+def _row_item(table: JobTable, row: int) -> Waiting | None:
+    """The ranking item of a pending row waiting for resources (None for any other row)."""
+    if table.columns["state"][row] != JobState.PENDING.value:
+        return None
+    priority, reason = _row_rank(table.fragments[row])
+    if reason not in _COMPETING:
+        return None
+    return (-priority, table.keys[row], table.columns["user"][row], reason)
+
+
+def _parts(table: JobTable, row: int) -> list[str]:
+    return (table.columns["partition"][row] or "").split(",")
+
+
+def _patched(old: JobTable, ranked: dict[str, list[Waiting]], table: JobTable) -> dict[str, list[Waiting]] | None:
+    """``ranked`` (``old``'s) brought to ``table`` when both hold the same jobs and few rows
+    changed (a refresh that changed a few jobs: their rows are new bytes, the others the same
+    objects); None when a full ranking is cheaper."""
+    if old.keys is not table.keys and old.keys != table.keys:
+        return None
+    changed = [i for i, (a, b) in enumerate(zip(old.fragments, table.fragments, strict=True)) if a is not b]
+    if len(changed) > max(1000, len(table.keys) // 20):
+        return None
+    out = {part: list(rows) for part, rows in ranked.items()}
+    for row in changed:
+        gone = _row_item(old, row)
+        if gone is not None:
+            for part in _parts(old, row):
+                rows = out.get(part, [])
+                at = bisect.bisect_left(rows, gone)
+                if at < len(rows) and rows[at] == gone:
+                    del rows[at]
+        came = _row_item(table, row)
+        if came is not None:
+            for part in _parts(table, row):
+                bisect.insort(out.setdefault(part, []), came)
+    return out
+
+
+#: The last snapshot ranked and its ranking: the next one is patched from it when it can be
+#: (held, not weakly: the snapshot it replaces is gone by then; its rows are mostly the next
+#: one's own bytes, so it costs its columns and changed rows only).
+_LAST: list[tuple[JobTable, dict[str, list[Waiting]]]] = []
+
+
 def _table_waiting(table: JobTable) -> dict[str, list[Waiting]]:
-    """Every partition's waiting jobs of a queue snapshot, in order (made once per snapshot:
-    one pass over its pending rows, one sort per partition)."""
+    """Every partition's waiting jobs of a queue snapshot, in order: made once per snapshot,
+    patched from the previous snapshot's where the same jobs are queued and few rows changed
+    (~5 ms at 100,000 jobs), else one pass over the pending rows and one sort per partition
+    (~90 ms at 100,000 jobs whose rows were seen before, ~250 ms when every row is new)."""
     with _memo_lock:
         made = _WAITING.get(id(table))
         if made is not None and made[0]() is table:
             return made[1]
-        pending = table.index("state").get(JobState.PENDING.value, ())
-        users, partitions, keys, frags = (table.columns["user"], table.columns["partition"], table.keys,
-                                          table.fragments)
-        by_partition: dict[str, list[Waiting]] = {}
-        for row in pending:
-            priority, reason = _row_rank(frags[row])
-            if reason not in _COMPETING:
-                continue
-            item = (-priority, keys[row], users[row], reason)
-            for part in (partitions[row] or "").split(","):
-                by_partition.setdefault(part, []).append(item)
-        for rows in by_partition.values():
-            rows.sort(key=lambda w: (w[0], w[1]))
+        by_partition = _patched(_LAST[0][0], _LAST[0][1], table) if _LAST else None
+        if by_partition is None:
+            by_partition = {}
+            for row in table.index("state").get(JobState.PENDING.value, ()):
+                item = _row_item(table, row)
+                if item is not None:
+                    for part in _parts(table, row):
+                        by_partition.setdefault(part, []).append(item)
+            for rows in by_partition.values():
+                rows.sort()  # (-priority, job id) first: unique, so the rest never compares
+        frags = table.fragments
         if len(_ROWS) > 3 * len(frags) + 1000:  # forget rows no longer read
             keep = {id(f) for f in frags}
             for key in [k for k in _ROWS if k not in keep]:
@@ -332,6 +380,7 @@ def _table_waiting(table: JobTable) -> dict[str, list[Waiting]]:
         for key in [k for k, v in _WAITING.items() if v[0]() is None]:
             del _WAITING[key]
         _WAITING[id(table)] = (weakref.ref(table), by_partition)
+        _LAST[:] = [(table, by_partition)]
         return by_partition
 
 
@@ -876,15 +925,17 @@ def _what_limit(fact: LimitFact) -> str:
 
 # -- the queue: priority, rank, start, resources -------------------------------------------------------
 
-def _start_of(answer: _Answer, src: WhySources) -> StartEstimate | None:
+def _start_of(answer: _Answer, src: WhySources,
+              pending: Future[list[StartEstimate]] | None = None) -> StartEstimate | None:
     job = answer.job
     found = _read(answer, "the expected start (squeue --start)",
-                  lambda: src.scheduling().start_estimates([job.job_id]))
+                  pending.result if pending is not None else lambda: src.scheduling().start_estimates([job.job_id]))
     return next((s for s in found or () if s.job_id == job.job_id), None)
 
 
-def _start(answer: _Answer, src: WhySources) -> StartEstimate | None:
-    start = _start_of(answer, src)
+def _start(answer: _Answer, src: WhySources,
+           pending: Future[list[StartEstimate]] | None = None) -> StartEstimate | None:
+    start = _start_of(answer, src, pending)
     if start is not None and start.start_time is not None:
         nodes = f" on {start.scheduled_nodes}" if start.scheduled_nodes else ""
         answer.facts.append(StartFact(text=f"The scheduler expects it to start at {_text_time(start.start_time)}"
@@ -975,9 +1026,11 @@ def _resources(answer: _Answer, src: WhySources) -> PartitionFree | None:
 
 def _queue_facts(answer: _Answer, src: WhySources, show: Callable[[str | None], bool]) -> None:
     job, code = answer.job, answer.info.code
+    # squeue --start meanwhile: two commands at once, not one after the other (each ~10 ms)
+    pending = _POOL.submit(lambda: src.scheduling().start_estimates([job.job_id]))
     factors = _priority(answer, src)
     rank = _rank(answer, src, show, factors.priority if factors is not None else None)
-    start = _start(answer, src)
+    start = _start(answer, src, pending)
     free = _resources(answer, src)
     where = f" in partition {rank.partition}" if rank is not None else ""
     when = f"; the scheduler expects it to start at {_text_time(start.start_time)}" \
