@@ -22,8 +22,10 @@ pending jobs picked at random, one client, one after the other:
 For each pass: p50, p95, p99 and max in ms, and slurmctld's RPCs per request by message type
 (``sdiag`` before and after; the snapshot's own refreshes are counted too and named). The
 budget: one explanation <= 50 ms p99 at 100,000 jobs, no other Slurm RPC per request than
-``squeue --start`` (``REQUEST_JOB_INFO_SINGLE``) and ``sprio`` (``REQUEST_PRIORITY_FACTORS``)
-for that job. The table goes to ``bench/results/why-<date>.md`` and is printed; the jobs are
+``squeue --start`` (``REQUEST_JOB_INFO_SINGLE``, and ``REQUEST_PARTITION_INFO``: squeue loads the
+partitions to order jobs by tier) and ``sprio`` (``REQUEST_PRIORITY_FACTORS``) for that job.
+Half of the jobs asked are one-CPU jobs waiting for batch's CPUs (``--waiting`` of them are
+submitted): those need both commands. The table goes to ``bench/results/why-<date>.md`` and is printed; the jobs are
 cancelled and the lab stopped at the end if the bench started it.
 """
 
@@ -65,8 +67,9 @@ from slurmtower.devcluster import DevCluster
 BACKGROUND = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS", "REQUEST_PING", "MESSAGE_EPILOG_COMPLETE",
               "REQUEST_COMPLETE_BATCH_SCRIPT", "REQUEST_SUBMIT_BATCH_JOB", "REQUEST_FED_INFO",
               "REQUEST_COMPLETE_PROLOG", "REQUEST_NODE_REGISTRATION_STATUS"}
-#: What one explanation may cost slurmctld (the budget).
-PER_JOB = {"REQUEST_JOB_INFO_SINGLE", "REQUEST_PRIORITY_FACTORS"}
+#: What one explanation may cost slurmctld (the budget): squeue --start (the job, and the partitions:
+#: squeue loads them to order jobs by priority tier) and sprio.
+PER_JOB = {"REQUEST_JOB_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_PRIORITY_FACTORS"}
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -221,10 +224,13 @@ def render(args: argparse.Namespace, queue: Queue,
         lines.append(f"| {label} | {n} | {p['p50']:.1f} | {p['p95']:.1f} | {p['p99']:.1f} | {p['max']:.1f} | "
                      f"{other or ''} | {per} |")
     extra = {name for _l, _t, _o, rpcs, _w in rows for name in rpcs} - PER_JOB
-    lines += ["", "Per answer, the budget allows `REQUEST_JOB_INFO_SINGLE` (squeue --start) and "
-              "`REQUEST_PRIORITY_FACTORS` (sprio) for that job; the others listed are the service's own rounds "
+    lines += ["", "Per answer, the budget allows squeue --start (`REQUEST_JOB_INFO_SINGLE`, and "
+              "`REQUEST_PARTITION_INFO`: squeue loads the partitions to order jobs by tier) and sprio "
+              "(`REQUEST_PRIORITY_FACTORS`) for that job; the others listed are the service's own rounds "
               "(the queue's and nodes' snapshots, the limits and reservations kept 15 s): "
-              + (", ".join(sorted(extra)) or "none") + "."]
+              + (", ".join(sorted(extra)) or "none") + ".",
+              "Jobs held, waiting for a begin time, a node or a partition need no sprio; a job waiting for "
+              "resources needs both commands (run at once)."]
     return "\n".join(lines) + "\n"
 
 
