@@ -1171,7 +1171,8 @@ def why_from_snapshot(job_id: int, src: SnapshotSources, *, policy: Visibility, 
     """
     found = src.record(job_id)
     if not found:
-        raise NotFound(f"job {job_id} is not in the queue (it ended, or it never was)", param="job_id")
+        raise NotFound(f"job {job_id} is not in the queue (it ended or never was; a job submitted in the last "
+                       "seconds is there once the queue is read again)", param="job_id")
     check_access(role, name, found)
     return explain(found[0], src, show=names_shown(policy, viewer))
 
