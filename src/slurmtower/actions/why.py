@@ -972,6 +972,21 @@ def _priority(answer: _Answer, src: WhySources) -> PriorityFactors | None:
     return chosen
 
 
+def _place(waiting: Sequence[Waiting], job: Job, priority: int | None) -> int:
+    """The job's place in ``waiting``: where the list has it (its priority as the list was read
+    with it: the job's own record, from the same read; else found by id, the list being another
+    read), else where its priority (sprio's, fresher) puts it."""
+    own = (-(job.priority or 0), job.job_id)
+    at = bisect.bisect_left(waiting, own, key=lambda w: (w[0], w[1]))
+    if at < len(waiting) and waiting[at][1] == job.job_id:
+        return at
+    found = next((i for i, w in enumerate(waiting) if w[1] == job.job_id), None)
+    if found is not None:
+        return found
+    me = (-(priority if priority is not None else job.priority or 0), job.job_id)
+    return bisect.bisect_left(waiting, me, key=lambda w: (w[0], w[1]))
+
+
 def _rank(answer: _Answer, src: WhySources, show: Callable[[str | None], bool],
           priority: int | None) -> RankFact | None:
     job = answer.job
@@ -981,8 +996,7 @@ def _rank(answer: _Answer, src: WhySources, show: Callable[[str | None], bool],
     waiting = _read(answer, f"the jobs waiting in partition {part}", lambda: src.waiting(part))
     if waiting is None:
         return None
-    me = (-(priority if priority is not None else job.priority or 0), job.job_id)
-    at = bisect.bisect_left(waiting, me, key=lambda w: (w[0], w[1]))
+    at = _place(waiting, job, priority)
     inside = at < len(waiting) and waiting[at][1] == job.job_id
     total = len(waiting) if inside else len(waiting) + 1
     ahead_jobs: list[AheadJob] = []
@@ -994,7 +1008,7 @@ def _rank(answer: _Answer, src: WhySources, show: Callable[[str | None], bool],
             ahead_jobs.append(AheadJob(job_id=job_id, user_name=user, priority=-prio, reason=reason))
         else:
             unnamed += 1
-    unnamed += max(0, at - len(ahead_jobs) - unnamed)
+    unnamed += max(0, at - len(ahead_jobs) - unnamed)  # and those past the first AHEAD_SHOWN
     text = (f"It is next in line of {_plural(total, 'job')} waiting for resources in partition {part}." if at == 0
             else f"{_plural(at, 'job')} of a higher priority {'wait' if at != 1 else 'waits'} ahead of it in "
                  f"partition {part} ({at + 1} of {total}).")

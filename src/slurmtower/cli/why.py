@@ -27,7 +27,7 @@ def render_why(key: str, why: dict[str, Any]) -> str:
                 lines.append(f"      ahead: job {ahead['job_id']} {ahead.get('user_name') or ''} priority "
                              f"{ahead.get('priority')} ({ahead.get('reason') or 'None'})")
             if fact.get("unnamed_ahead"):
-                lines.append(f"      and {fact['unnamed_ahead']} of other users")
+                lines.append(f"      and {fact['unnamed_ahead']} more, not named here")
     if why.get("owner_can"):
         lines.append("  What its owner can do:")
         lines += [f"  * {hint}" for hint in why["owner_can"]]

@@ -181,9 +181,11 @@ class RankFact(_Fact):
     """Jobs waiting for resources there (reason ``Priority``, ``Resources`` or ``None``)."""
     ahead: int
     ahead_jobs: list[AheadJob] = Field(default_factory=list)
-    """The first jobs ahead, highest priority first, as the caller may see them (others'
-    jobs only where the visibility policy shows them: else counted in :attr:`unnamed_ahead`)."""
+    """The first jobs ahead (at most 10), highest priority first, as the caller may see them
+    (others' jobs only where the visibility policy shows them)."""
     unnamed_ahead: int = 0
+    """The jobs ahead not in :attr:`ahead_jobs`: other users' the caller may not see named, and
+    those past the first ten."""
 
 
 class StartFact(_Fact):
