@@ -69,9 +69,12 @@ def scenario(devcluster: DevCluster, cluster_settings: Settings,
     then one job waiting for each reason of :data:`REASONS`."""
     restore_all_nodes(devcluster)
     jobs: dict[str, int] = {}
+    # (an interrupted run may have left them: adding again is "nothing new", status 1)
     sh("sacctmgr", "-i", "add", "account", ACCOUNT, "Description=slurmtower why tests", "Organization=tests",
-       "GrpJobs=1")
-    sh("sacctmgr", "-i", "add", "user", "alice,bob", f"Account={ACCOUNT}")
+       "GrpJobs=1", check=False)
+    sh("sacctmgr", "-i", "add", "user", "alice,bob", f"Account={ACCOUNT}", check=False)
+    assert sh("sacctmgr", "-n", "-P", "show", "assoc", f"account={ACCOUNT}", "format=user,grpjobs").split() == [
+        "|1", "alice|", "bob|"]
     settings = cluster_settings.model_copy(deep=True)
     settings.state_dir = tmp_path_factory.mktemp("why-store")
     drains = Catalogue.from_settings(settings)
