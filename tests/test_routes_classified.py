@@ -45,6 +45,10 @@ SELF_AUTHENTICATED = {("POST", "/{sensor_uuid}/{resource_class}/{trigger_type}")
 #: body; the logout ends only the caller's own session and needs the CSRF header). Without a
 #: credential they start no session and change nothing (400, or 403 for the missing header).
 SESSION_ROUTES = {("POST", "/ui/login"), ("POST", "/ui/logout")}
+#: The agent endpoint (/mcp): one route for the protocol, which a reader's agent reaches for its
+#: reads; each tool checks the role on the act (tests/test_mcp.py). A body that is no protocol
+#: message is refused by the transport itself (400, or 406 without the Accept it needs).
+AGENT_ENDPOINT = {("POST", "/mcp")}
 #: FastAPI's generated API documentation (schema only, no cluster data): public by design.
 FASTAPI_DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
@@ -160,7 +164,7 @@ def test_mutating_routes_declare_operate_or_are_listed_exceptions(app: FastAPI) 
     for method, path, perm in rows:
         if method not in MUTATING:
             continue
-        if (method, path) in PER_ACTION:
+        if (method, path) in PER_ACTION | AGENT_ENDPOINT:
             assert perm >= Perm.READ
         elif (method, path) in SELF_AUTHENTICATED | SESSION_ROUTES:
             assert perm == Perm.PUBLIC
@@ -183,6 +187,9 @@ def test_mutating_routes_refuse_anonymous_and_reader_callers(app: FastAPI, api: 
             continue
         assert anon.status_code == 401, f"{method} {path} anonymous -> {anon.status_code}"
         reader = api.request(method, url, json=body, headers=bearer(READER))
+        if (method, path) in AGENT_ENDPOINT:
+            assert reader.status_code in (400, 406), f"{method} {path} reader -> {reader.status_code}"
+            continue
         assert reader.status_code in (401, 403), f"{method} {path} reader -> {reader.status_code}"
         checked += 1
     assert checked >= 2

@@ -36,6 +36,7 @@ __all__ = [
     "EventSettings",
     "ForwardTarget",
     "HookSettings",
+    "McpSettings",
     "OidcSettings",
     "Settings",
     "SlurmSettings",
@@ -430,6 +431,41 @@ class ApprovalSettings(_Section):
         return value
 
 
+class McpSettings(_Section):
+    """The agent endpoint (``[mcp]``): ``/mcp`` on ``slurmtower serve`` and ``slurmtower mcp``
+    over stdio (:mod:`slurmtower.mcp`). An agent's principal is its token's; what it may do is
+    its role's, as over HTTP."""
+
+    enabled: bool = True
+    """Serve ``/mcp`` (off: the route answers 404)."""
+    confirm_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """A mutating tool answers with its dry run's plan and a confirmation id; acting takes
+    that id within this many seconds, once, with the same parameters."""
+    act_directly: dict[str, list[str]] = Field(default_factory=dict, max_length=1000)
+    """Principal (a token's name) -> the actions (names or globs) its agent runs at once when
+    confirmed. Any other confirmed act becomes a request a person approves (``/requests``);
+    a two-person rule (``approvals.two_person``) still applies."""
+    page_size: int = Field(default=50, ge=1, le=1000)
+    """Items in one page of a read tool or resource when the agent asks for no ``limit``."""
+    max_page_size: int = Field(default=200, ge=1, le=5000)
+    """The most items one page may hold (a larger ``limit`` is cut to it)."""
+    max_answer_bytes: int = Field(default=256 * 1024, ge=4096, le=16 << 20)
+    """The most JSON one answer holds: a catalogue read bigger than this is cut, with its counts."""
+    calls_per_minute: int = Field(default=120, ge=0, le=100_000)
+    """Tool calls, resource reads and prompts per principal per minute in one process (0: no
+    limit); past it a call is refused (``429``) until the minute has passed."""
+
+    @field_validator("act_directly")
+    @classmethod
+    def _direct(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        pattern = re.compile(ACTION_PATTERN)
+        for name, names in value.items():
+            bad = [n for n in names if not pattern.match(n)]
+            if bad:
+                raise ValueError(f"{name}: not an action name or glob: {bad[0]!r}")
+        return value
+
+
 class TokenEntry(_Section):
     name: str = Field(min_length=1, max_length=64)
     role: Role
@@ -613,6 +649,7 @@ class Settings(_Section):
     hooks: HookSettings = Field(default_factory=HookSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @field_validator("state_dir")
     @classmethod

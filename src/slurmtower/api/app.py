@@ -50,6 +50,7 @@ ROUTE_MODULES = (
     "actions",
     "planning",  # /requests, /reservations
     "hooks",  # /hooks/alertmanager, /hooks/generic (after events: its store)
+    "mcp",  # /mcp: the agent endpoint (Model Context Protocol)
     "metrics",
     "dashboard",
     "login",  # /ui/login, /ui/login/oidc, /ui/logout
@@ -78,6 +79,7 @@ ROUTE_PARTS: dict[str, tuple[str, ...]] = {
     "actions": ("actions",),
     "planning": ("actions", "live"),
     "hooks": ("event-store",),
+    "mcp": ("actions", "live", "event-store"),
     "metrics": ("live",),
     "dashboard": ("live",),
     "login": ("event-store",),

@@ -17,6 +17,7 @@ import slurmtower.cli.db
 import slurmtower.cli.deploy
 import slurmtower.cli.devcluster
 import slurmtower.cli.events
+import slurmtower.cli.mcp
 import slurmtower.cli.misc
 import slurmtower.cli.reports
 import slurmtower.cli.requests
