@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -32,12 +33,16 @@ import yaml
 from jsonschema import Draft202012Validator
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import CallToolResult
+from mcp_types import CallToolRequestParams, CallToolResult
 
 from slurmtower.actions import Catalogue
 from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster
+from slurmtower.mcp.server import CALLER, AgentServer, Caller
 from slurmtower.models.node import state_text
+from slurmtower.principal import Principal
+from slurmtower.runtime import Services, assemble
+from slurmtower.settings import ClusterSettings, Settings
 
 from .conftest import node_states, reason_of, restore_all_nodes, sh, wait_for
 from .sensor_helpers import SLURMTOWER, serve_env
@@ -402,3 +407,31 @@ def test_slurmtower_mcp_over_stdio_relays_the_endpoint_with_the_agents_token(ser
     assert refused.returncode == 77 and refused.stdout == ""
     assert refused.stderr.startswith("slurmtower: error: ") and "refused the token" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+# -- several clusters ------------------------------------------------------------------------------------------
+
+
+def test_where_several_clusters_are_served_each_tool_takes_one_and_the_role_there(tmp_path: Path) -> None:
+    """In-process (no second Slurm cluster): the tools' schemas, the cluster each call names
+    and the role it gives the agent there (``[[clusters]] roles``, ``max_role``); a refusal
+    comes before any Slurm or store read."""
+    settings = Settings(state_dir=tmp_path, clusters=[
+        ClusterSettings(name="alpha"), ClusterSettings(name="beta", roles={"agent-otto": "reader"}),
+        ClusterSettings(name="gamma", max_role="reader")])
+    services = assemble(Services.from_settings(settings), {"live"})
+    agent = AgentServer(services.settings)
+    assert all("cluster" in t.input_schema["properties"] for t in agent.tools)
+    caller = Caller(Principal(name="agent-otto", role="operator"), services)
+    assert [(agent.on_cluster(caller, name)[0].name, agent.on_cluster(caller, name)[1].role)
+            for name in (None, "alpha", "beta", "gamma")] == [
+        ("alpha", "operator"), ("alpha", "operator"), ("beta", "reader"), ("gamma", "reader")]
+    ctx = SimpleNamespace(request=SimpleNamespace(scope={CALLER: caller}))
+
+    async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return problem(await agent._call_tool(ctx, CallToolRequestParams(name=name, arguments=arguments)))
+
+    refused = asyncio.run(call("slurm.node.drain", {"nodes": "n1", "reason": "x", "cluster": "beta"}))
+    assert refused["status"] == 403 and "agent-otto (reader)" in refused["detail"]
+    unknown = asyncio.run(call("slurmtower.nodes", {"cluster": "delta"}))
+    assert unknown["status"] == 404 and unknown["param"] == "cluster"
