@@ -81,6 +81,7 @@ def served(devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         {"name": "agent-busy", "role": "reader", "sha256": hash_token(BUSY_AGENT)},
     ]
     config["auth"]["anonymous_read"] = True  # still 401 at /mcp: an agent brings a credential
+    config["api"]["hidden_partitions"] = ["short"]  # short n[3-4]: its jobs and its name leave every read
     config["actions"] = {"breaker_enabled": True, "breaker_share": 0.5, "breaker_cluster_share": 1.0,
                          "breaker_partition_shares": {"batch": 1.0, "short": 1.0}}
     config["mcp"] = {"confirm_seconds": CONFIRM_SECONDS, "page_size": PAGE, "max_page_size": MOST,
@@ -339,7 +340,7 @@ def test_calls_past_the_principals_rate_are_refused(served: Served) -> None:
 
     errors, fine = asyncio.run(run())
     assert errors == [False] * CALLS_PER_MINUTE + [True]
-    assert fine["count"] == 3
+    assert [p["name"] for p in fine["partitions"]] == ["batch", "debug"]  # short is hidden
 
 
 # -- pages ---------------------------------------------------------------------------------------------------
@@ -351,8 +352,8 @@ HELD_NAME = f"mcp-held-{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture()
 def held(served: Served) -> Iterator[list[int]]:
-    jobs = [int(sh("sbatch", "--parsable", "--hold", "-J", HELD_NAME, "-o", "/dev/null", "-D", "/tmp",
-                   "--wrap", "true").split(";")[0]) for _ in range(HELD)]
+    jobs = [int(sh("sbatch", "--parsable", "--hold", "-J", HELD_NAME, "-o", "/dev/null", "-D", "/tmp", *partition,
+                   "--wrap", "true").split(";")[0]) for partition in [["-p", "short"]] + [[]] * HELD]
     try:
         yield jobs
     finally:
@@ -364,19 +365,24 @@ def test_a_large_queue_comes_in_pages_with_counts(served: Served, held: list[int
     wait_for(lambda: httpx.get(f"{served.process.url}/queue", params={"name": HELD_NAME}).json()["count"] == HELD,
              30, 0.5, what="the held jobs in the queue")
 
-    async def run() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    async def run() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+        async with connected(served, AGENT) as client:  # an operator's agent sees every private field
+            operators = body(await client.call_tool("slurmtower.queue", {"name": HELD_NAME, "limit": 1}))
         async with connected(served, READER_AGENT) as client:
             pages = [body(await client.call_tool("slurmtower.queue", {"name": HELD_NAME}))]
             while pages[-1]["next_cursor"] is not None:
                 pages.append(body(await client.call_tool("slurmtower.queue", {
                     "name": HELD_NAME, "limit": 1000, "cursor": pages[-1]["next_cursor"]})))
             resource = json.loads((await client.read_resource("slurmtower://queue")).contents[0].text)
-        return pages, resource
+        return pages, resource, operators
 
-    pages, resource = asyncio.run(run())
+    pages, resource, operators = asyncio.run(run())
     assert [(p["count"], p["returned"]) for p in pages] == [(HELD, PAGE), (HELD, MOST), (HELD, HELD - PAGE - MOST)]
     ids = [j["job_id"] for p in pages for j in p["jobs"]]
-    assert ids == sorted(held)
+    assert ids == sorted(held[1:])  # not the job of the hidden partition
+    # root's jobs: a reader's agent sees them without their private fields (api.private_job_fields)
+    assert operators["jobs"][0]["work_dir"] == "/tmp"
+    assert not any("work_dir" in j or "submit_line" in j for p in pages for j in p["jobs"])
     assert resource["returned"] == PAGE and resource["count"] >= HELD
 
 
