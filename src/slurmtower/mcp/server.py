@@ -44,7 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from slurmtower import __version__
 from slurmtower.actions import Catalogue, Envelope
-from slurmtower.errors import AuthenticationError, InvalidInput, PermissionDenied, SlurmtowerError
+from slurmtower.errors import AuthenticationError, ConfigError, InvalidInput, PermissionDenied, SlurmtowerError
 from slurmtower.mcp import acting
 from slurmtower.mcp.prompts import PROMPTS, render
 from slurmtower.mcp.reads import READS, TimelineArgs
@@ -201,19 +201,30 @@ class AgentServer:
             on_list_tools=self._list_tools, on_call_tool=self._call_tool, on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates, on_read_resource=self._read_resource,
             on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
-        self.manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
-                                                    max_request_body_size=settings.api.max_action_body_bytes)
+        self.max_body = settings.api.max_action_body_bytes
+        self.manager: StreamableHTTPSessionManager | None = None
         self.tools = self._tools()
 
     # -- the transport --------------------------------------------------------------------
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The transport's task group, for the app's lifespan."""
-        async with self.manager.run():
-            yield
+        """The transport and its task group, for the app's lifespan (a manager runs once: each
+        lifespan has its own)."""
+        manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
+                                               max_request_body_size=self.max_body)
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one HTTP request of the protocol (its :data:`CALLER` set by the route)."""
+        """Answer one HTTP request of the protocol (its :data:`CALLER` set by the route).
+
+        Raises :class:`ConfigError` outside the app's lifespan (the transport is not running)."""
+        if self.manager is None:
+            raise ConfigError("the agent endpoint's transport is not running (outside the app's lifespan)")
         await self.manager.handle_request(scope, receive, send)
 
     # -- who, where -------------------------------------------------------------------------
