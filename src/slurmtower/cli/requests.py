@@ -67,8 +67,8 @@ def list_requests(
 ) -> None:
     """List requests, newest first, and how many are pending."""
     from slurmtower.actions import cli_principal  # deferred: CLI startup
-    from slurmtower.errors import InvalidInput
-    from slurmtower.models.request import REQUEST_STATES
+    from slurmtower.errors import InvalidInput  # deferred: CLI startup
+    from slurmtower.models.request import REQUEST_STATES  # deferred: CLI startup
 
     _check_output(output, ("text", "json", "yaml"))
     bad = [s for s in state or () if s not in REQUEST_STATES]
