@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint bench dist cluster-up cluster-down clean slurm-releases
+.PHONY: venv run test lint bench dist cluster-up cluster-down clean slurm-releases docs screenshots
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || (apt-get update -qq && apt-get install -y -q python3 python3-venv)
@@ -40,6 +40,20 @@ test: $(STAMP)
 # release suites live on each. `make slurm-releases SERIES=26.05` builds one.
 slurm-releases:
 	bash scripts/slurm-releases.sh $(SERIES)
+
+# The documentation site (mkdocs.yml) into build/site: docs/ plus the reference pages generated
+# from the code at build time (scripts/docs_reference.py); strict: a broken link, anchor or
+# reference fails it. `make test` builds it too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@echo "the site: build/site/index.html"
+
+# The dashboard's screenshots in docs/screenshots/, taken from the real dashboard on the local
+# cluster with Debian's Chromium (scripts/screenshots.py; commit the PNGs it writes).
+screenshots: $(STAMP)
+	command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+	$(BIN)/slurmtower devcluster up
+	eval "$$($(BIN)/slurmtower devcluster env)" && $(BIN)/python scripts/screenshots.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

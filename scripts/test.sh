@@ -8,6 +8,11 @@ t0=$(date +%s)
 lint_log=$(mktemp)
 { $BIN/ruff check src tests bench && $BIN/mypy; } > "$lint_log" 2>&1 &
 lint_pid=$!
+# The documentation site, strict (a broken link or reference fails it), into a folder of its own.
+docs_log=$(mktemp)
+docs_site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 $BIN/mkdocs build --strict --quiet --site-dir "$docs_site" > "$docs_log" 2>&1 &
+docs_pid=$!
 # Slurm 26.05 (the newest release) built from ../shared/slurm when absent, so that every machine's
 # run is live on the oldest and the newest release (make slurm-releases builds the others);
 # where ../shared is absent the script says so and the release suites skip, saying why.
@@ -43,6 +48,8 @@ status=0
 wait $lint_pid || status=$?
 cat "$lint_log"; rm -f "$lint_log"
 [ $status -eq 0 ] || exit $status
+wait $docs_pid || { echo "make docs failed:"; cat "$docs_log"; exit 1; }
+cat "$docs_log"; rm -rf "$docs_log" "$docs_site"
 # Two workers (pytest-xdist), each on a devcluster of its own (tests/conftest.py): most of the
 # suite waits on Slurm (about a quarter of the two cores busy in a serial run), so two halves
 # overlap. A worker takes whole modules (tests/conftest.py scope_of); SLURMTOWER_TEST_WORKERS=0 runs serially (the default

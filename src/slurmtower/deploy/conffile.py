@@ -121,13 +121,14 @@ def _section(model: type[BaseModel], prefix: str, values: Mapping[str, Any]) -> 
             continue
         text = str(annotation)
         if "OidcSettings" in text:
-            subsections += ["", f"# [{key}]   single sign-on (OpenID Connect): README, \"Log in\""]
+            subsections += ["", f"# [{key}]   single sign-on (OpenID Connect): docs/how-to/sign-on.md"]
             continue
         if "TokenEntry" in text:
             subsections += ["", f"# [[{key}]]   one per token: `slurmtower token create` prints the entry"]
             continue
         if "ForwardTarget" in text:
-            subsections += ["", f"# [[{key}]]   one per receiver of forwarded events: README, \"Alerts in and out\""]
+            subsections += ["", f"# [[{key}]]   one per receiver of forwarded events: docs/how-to/events.md, "
+                                "\"Alerts in and out\""]
             continue
         lines += ["", *_field_lines(key, info, docs.get(name), values, name)]
     return lines + subsections
