@@ -151,7 +151,12 @@ def _walk(table: JobTable, params: dict[str, str]) -> list[v.JobPage]:
     return pages
 
 
-@pytest.mark.parametrize("sort", ["id", "user", "account", "partition", "state", "name"])
+def _activity(state: str) -> int:
+    """The default order's rank of a state: running, then pending (the others after)."""
+    return {"RUNNING": 0, "PENDING": 3}.get(state, 9)
+
+
+@pytest.mark.parametrize("sort", ["activity", "id", "user", "account", "partition", "state", "name"])
 @pytest.mark.parametrize("order", ["asc", "desc"])
 def test_keyset_paging_visits_each_matching_job_once_in_order(sort: str, order: str) -> None:
     table = _table(500)
@@ -159,9 +164,9 @@ def test_keyset_paging_visits_each_matching_job_once_in_order(sort: str, order: 
     pages = _walk(table, params)
     got = [table.keys[r] for p in pages for r in p.rows]
     rows = [r for r in range(len(table)) if table.columns["account"][r] == "physics"]
-    col = table.columns.get(sort)
-    want = sorted(rows, key=lambda r: (v.node_sort_key(col[r] or "") if col else 0, table.keys[r]),
-                  reverse=order == "desc")
+    col = table.columns.get("state" if sort == "activity" else sort)
+    want = sorted(rows, key=lambda r: ((_activity(col[r]) if sort == "activity" else v.node_sort_key(col[r] or ""))
+                                       if col else 0, table.keys[r]), reverse=order == "desc")
     assert got == [table.keys[r] for r in want]
     assert [len(p.rows) for p in pages[:-1]] == [37] * (len(pages) - 1) and len(pages) == -(-len(want) // 37)
     assert all(p.matching == len(want) for p in pages)
@@ -176,6 +181,20 @@ def test_keyset_paging_visits_each_matching_job_once_in_order(sort: str, order: 
     smaller = JobTable.from_jobs(j for j in table.jobs() if j.job_id != gone)
     after = v.page_queue(smaller, v.parse_queue_query({**params, "after": pages[0].next_cursor}))
     assert [smaller.keys[r] for r in after.rows] == [table.keys[r] for r in pages[1].rows]
+
+
+def test_running_and_pending_jobs_come_first_by_default() -> None:
+    """The finished jobs slurmctld still holds (their ids the smallest) used to fill the first
+    page: the default order puts running, then pending jobs first, each by job id."""
+    jobs = [Job(job_id=i, state=JobState.COMPLETED) for i in range(1, 61)]
+    jobs += [Job(job_id=i, state=JobState.PENDING) for i in range(61, 81)]
+    jobs += [Job(job_id=i, state=JobState.RUNNING) for i in range(81, 91)]
+    table = JobTable.from_jobs(jobs)
+    first = v.page_queue(table, v.parse_queue_query({}))
+    assert [table.keys[r] for r in first.rows] == [*range(81, 91), *range(61, 81), *range(1, 21)]
+    by_id = v.page_queue(table, v.parse_queue_query({"sort": "id"}))  # the old order, a click away
+    assert [table.keys[r] for r in by_id.rows] == list(range(1, 51))
+    assert v.parse_queue_query({}).sort_link("id") == "?sort=id"
 
 
 def test_a_page_of_100000_jobs_builds_models_for_its_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,7 +238,8 @@ def test_queue_filters_mean_what_queue_means() -> None:
 def test_search_finds_job_ids_and_parts_of_names_users_accounts() -> None:
     table = _table(50)
     def found(text: str) -> list[int]:
-        return [table.keys[r] for r in v.page_queue(table, v.parse_queue_query({"q": text, "limit": "500"})).rows]
+        query = v.parse_queue_query({"q": text, "limit": "500", "sort": "id"})
+        return [table.keys[r] for r in v.page_queue(table, query).rows]
     assert found("1007") == [1007]
     assert found("CAROL") == [1000 + i for i in range(50) if i % 4 == 2]
     assert found("job6") == [1000 + i for i in range(50) if i % 7 == 6]
@@ -332,7 +352,8 @@ def squeue(*args: str) -> list[dict[str, str]]:
 
 
 def _queue_page(http: httpx.Client, token: str = READER, **params: str) -> Page:
-    status, page, _ = get(http, "/ui/jobs", token, limit="500", **params)
+    """The queue page in job-id order (squeue's), unless ``params`` sort otherwise."""
+    status, page, _ = get(http, "/ui/jobs", token, limit="500", **{"sort": "id", **params})
     assert status == 200, page.alerts
     return page
 

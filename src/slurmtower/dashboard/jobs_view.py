@@ -68,9 +68,22 @@ __all__ = [
 QUEUE_FILTERS = ("user", "account", "partition", "state", "name", "nodes")
 #: Every parameter of ``/ui/jobs``.
 QUEUE_PARAMS = (*QUEUE_FILTERS, "q", "sort", "order", "limit", "after", "before")
-#: Sort keys: the table's columns (and the job id, the table's own order).
-SORTS: dict[str, str] = {"id": "job id", "user": "user", "account": "account", "partition": "partition",
-                         "state": "state", "name": "name"}
+#: Sort keys: the table's columns (and the job id, the table's own order); ``activity`` (the
+#: default) is the state by what a person opens the page for: running, then pending, then the
+#: rest, then the finished jobs slurmctld still holds, each by job id.
+SORTS: dict[str, str] = {"activity": "running and pending first", "id": "job id", "user": "user",
+                         "account": "account", "partition": "partition", "state": "state", "name": "name"}
+DEFAULT_SORT = "activity"
+#: The order of states under ``activity`` (those not named come after, before the finished).
+ACTIVITY = ("RUNNING", "COMPLETING", "SUSPENDED", "PENDING", "REQUEUED", "CONFIGURING")
+_FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                       "DEADLINE", "OUT_OF_MEMORY"})
+
+
+def _activity_rank(state: str | None) -> int:
+    if state in ACTIVITY:
+        return ACTIVITY.index(state)
+    return len(ACTIVITY) + (1 if state in _FINISHED else 0)
 PAGE_SIZES = (25, 50, 100, 200, 500)
 DEFAULT_PAGE = 50
 #: The job state words ``state=`` takes on the queue page (as ``/queue``: names or squeue's codes).
@@ -154,7 +167,7 @@ class QueueQuery:
     filters: dict[str, frozenset[str]] = field(default_factory=dict)
     """Table column -> accepted values (``/queue``'s filters)."""
     search: str | None = None
-    sort: str = "id"
+    sort: str = DEFAULT_SORT
     descending: bool = False
     limit: int = DEFAULT_PAGE
     after: Any = None
@@ -177,7 +190,7 @@ class QueueQuery:
     def sort_link(self, sort: str) -> str:
         """The link of a column header: sorted by it, ascending, or reversed when it is already."""
         order = "desc" if self.sort == sort and not self.descending else None
-        return self.link(sort=None if sort == "id" else sort, order=order)
+        return self.link(sort=None if sort == DEFAULT_SORT else sort, order=order)
 
 
 def _cursor_kind(sort: str) -> str:
@@ -217,7 +230,7 @@ def parse_queue_query(params: Mapping[str, str]) -> QueueQuery:
     search = given.get("q")
     if search is not None and (len(search) > 200 or any(ord(c) < 32 for c in search)):
         raise InvalidInput("q: a search is at most 200 printable characters", param="q")
-    sort = given.get("sort", "id")
+    sort = given.get("sort", DEFAULT_SORT)
     if sort not in SORTS:
         raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, not {sort[:40]!r}", param="sort")
     order = given.get("order", "asc")
@@ -251,8 +264,17 @@ class JobPage:
     """(state, jobs) of the matching jobs, most first."""
 
 
-def _value_key(value: str | None) -> Any:
+def _value_key(value: str | None, sort: str = "") -> Any:
+    if sort == "activity":
+        return (_activity_rank(value), value or "")
     return node_sort_key(value or "")
+
+
+def _column(table: JobTable, sort: str) -> Sequence[Any] | None:
+    """The column a sort orders by (None: the job id, the table's own order)."""
+    if sort == "id":
+        return None
+    return table.columns["state" if sort == "activity" else sort]
 
 
 def _search(table: JobTable, rows: Sequence[int], text: str) -> list[int]:
@@ -288,14 +310,14 @@ def _ordered(table: JobTable, query: QueueQuery) -> tuple[list[int], list[tuple[
     rows: Sequence[int] = table.select(**{k: set(v) for k, v in query.filters.items()})
     if query.search:
         rows = _search(table, rows, query.search)
-    if query.sort == "id":
+    column = _column(table, query.sort)
+    if column is None:
         ordered = list(rows)
     else:
-        column = table.columns[query.sort]
         groups: dict[Any, list[int]] = {}
         for row in rows:
             groups.setdefault(column[row], []).append(row)  # each group in job id order
-        ordered = [r for value in sorted(groups, key=_value_key) for r in groups[value]]
+        ordered = [r for value in sorted(groups, key=lambda v: _value_key(v, query.sort)) for r in groups[value]]
     state = table.columns["state"]
     states = Counter(state[r] for r in ordered).most_common()
     with _ordered_lock:
@@ -312,14 +334,14 @@ def page_queue(table: JobTable, query: QueueQuery) -> JobPage:
     a page link stays right while jobs come and go)."""
     ascending, states = _ordered(table, query)
     total = len(ascending)
-    column = table.columns[query.sort] if query.sort != "id" else None
+    column = _column(table, query.sort)
     keys = table.keys
 
     def sort_key(row: int) -> Any:
-        return keys[row] if column is None else (_value_key(column[row]), keys[row])
+        return keys[row] if column is None else (_value_key(column[row], query.sort), keys[row])
 
     def cursor_key(raw: Any) -> Any:
-        return raw if column is None else (_value_key(raw[0]), raw[1])
+        return raw if column is None else (_value_key(raw[0], query.sort), raw[1])
 
     def cursor(row: int) -> str:
         return encode_cursor(_cursor_kind(query.sort), keys[row] if column is None else [column[row], keys[row]])
