@@ -68,7 +68,7 @@ bench: $(STAMP)
 	  $(BIN)/python bench/snapshot_codec.py --redis redis://127.0.0.1:6379/0 && \
 	  $(BIN)/python bench/history.py --devcluster
 
-# A wheel and an sdist in dist/, for a site to install without a clone (README: Installing it).
+# A wheel and an sdist in dist/, for a site to install without a clone (docs/how-to/install.md).
 # The version is the git tag's (pyproject.toml's [tool.hatch.version]).
 dist: $(STAMP)
 	rm -rf dist
@@ -78,7 +78,7 @@ dist: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist
 
-# The container image (Containerfile) with Debian's podman: README "A container image". Takes
+# The container image (Containerfile) with Debian's podman: docs/how-to/install.md, "A container image". Takes
 # minutes; `make test` checks its steps without building it.
 .PHONY: image
 image:
