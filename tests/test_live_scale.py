@@ -199,10 +199,11 @@ def test_the_state_and_data_ages_are_honest_against_squeue(queue: DevCluster, sc
     claim more than the answers hold. (23.11+ reads the states alone: they come within
     ``api.state_refresh_interval``; 22.05 with the full records.)"""
     scale_settings.api.refresh_in_subprocess = True
-    victims = sorted(OURS)[-100:]
+    victims = sorted(_squeue_ids(queue, "-t", "PD"))[-100:]  # held ones (other tests end some)
+    assert len(victims) == 100
     with api_for(scale_settings) as http:
-        page = {j["job_id"]: j for j in http.get("/queue", params={"name": f"{NAME}-3"}).json()["jobs"]}
-        assert page and all(j["state"] == "PENDING" for j in page.values())
+        shown = {j["job_id"]: j["state"] for j in http.get("/queue", params={"state": "PD"}).json()["jobs"]}
+        assert all(shown.get(j) == "PENDING" for j in victims)
         t0 = time.monotonic()
         scale_sh(queue, "scancel", *map(str, victims))
         cancelled_at = time.monotonic()  # squeue says CANCELLED from here on (checked below)

@@ -290,6 +290,9 @@ class RefreshWorker:
         self.rounds = 0
         self.restarts = -1
         self.recycled = 0
+        #: Rounds submitted and not yet answered; a recycle waits for them (:meth:`recycle`).
+        self._inflight = 0
+        self._recycle: tuple[dict[int, int], int] | None = None
 
     def start(self) -> None:
         """Spawn the worker now (its imports take a second), without waiting for it."""
@@ -347,6 +350,7 @@ class RefreshWorker:
             pool = self._pool
             fut = pool.submit(_run, spec, full)
         self.rounds += 1
+        self._inflight += 1
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=self.timeout)
         except TimeoutError:
@@ -359,6 +363,10 @@ class RefreshWorker:
             self._discard(pool)
             raise SlurmUnavailable(f"the worker reading {spec.resource} from Slurm died",
                                    resource=spec.resource) from None
+        finally:
+            self._inflight -= 1
+            if self._recycle is not None and self._inflight == 0:
+                self._replace(*self._recycle)
         for call in result.calls:
             self.report(*call)
         if result.error is not None:
@@ -379,12 +387,22 @@ class RefreshWorker:
 
     def recycle(self, queue_memo: dict[int, int], seq: int) -> None:
         """Replace the worker by a new one that goes on from ``queue_memo`` (the line hashes
-        of the table the serving process holds, at delta ``seq``).
+        of the table the serving process holds, at delta ``seq``), once the rounds it runs
+        (another resource's, asked meanwhile) are answered: they are not killed half-way.
 
         Reading a whole queue once (at start-up) leaves the worker's memory high for good:
         100,000 rows were made there and Python keeps the freed memory. Its successor knows
         the lines by their hashes and never makes those rows.
         """
+        if self._pool is None:
+            return
+        if self._inflight:
+            self._recycle = (queue_memo, seq)  # the last round to finish replaces it
+            return
+        self._replace(queue_memo, seq)
+
+    def _replace(self, queue_memo: dict[int, int], seq: int) -> None:
+        self._recycle = None
         pool = self._pool
         if pool is None:
             return
