@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtower.devcluster import DevCluster, SlurmInstall, find_slurm_installs
+from slurmtower.devcluster import DEFAULT_DIR, DevCluster, SlurmInstall, find_slurm_installs
 
 from .conftest import RELEASE_PREFIX, _can_run_cluster, release_devcluster
 
@@ -83,7 +83,7 @@ def test_the_devcluster_runs_the_install_beside_debians(release: tuple[SlurmInst
                           check=True).stdout.count(f"ClusterName             = {cluster.cluster_name}") == 1
     # and Debian's cluster (the main suite's: scripts/test.sh brings it up first) is still up
     # beside it, on its own release
-    debians = DevCluster(log=lambda _m: None)
+    debians = DevCluster(root=DEFAULT_DIR, log=lambda _m: None)  # not $SLURMTOWER_DEVCLUSTER_DIR (this lane's)
     assert debians.is_up() and debians.slurm_prefix is None
 
 
