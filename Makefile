@@ -25,12 +25,9 @@ cluster-down: $(STAMP)
 	$(BIN)/slurmtower devcluster down
 
 # Run the service. With no Slurm configured (no SLURM_CONF, no /etc/slurm/slurm.conf), bring up
-# the local cluster and use it.
+# the local cluster and use it; once it answers, say where to go (scripts/run.sh).
 run: $(STAMP)
-	@if [ -z "$$SLURM_CONF" ] && [ ! -f /etc/slurm/slurm.conf ]; then \
-	  $(BIN)/slurmtower devcluster up && eval "$$($(BIN)/slurmtower devcluster env)" && \
-	  exec $(BIN)/slurmtower serve; \
-	else exec $(BIN)/slurmtower serve; fi
+	@bash scripts/run.sh
 
 test: $(STAMP)
 	bash scripts/test.sh
