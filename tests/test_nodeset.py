@@ -5,7 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmtower.errors import NodeSetError
-from slurmtower.nodeset import NodeSet, parse_nodeset
+from slurmtower.nodeset import SYNTAX, NodeSet, parse_nodeset
+
+from .openapi_formats import nodesets
 
 
 def test_folds_and_keeps_zero_padding() -> None:
@@ -60,3 +62,26 @@ def test_fold_then_expand_round_trips(numbers: set[int]) -> None:
     names = [f"c{n:03d}" for n in sorted(numbers)]
     folded = str(NodeSet(names))
     assert list(parse_nodeset(folded)) == names
+
+
+@pytest.mark.parametrize("expr", ["-x", "n1,-x", "[1-2],-a", "-n[1-2]"])
+def test_a_name_starting_with_a_dash_is_refused(expr: str) -> None:
+    """scontrol took ``-aes3mRih`` for its options (issue 41, item 9: an admin's drain of it was a
+    502 with "scontrol: invalid option -- 'e'"): no node name starts with '-'."""
+    with pytest.raises(NodeSetError, match="does not start with '-'"):
+        parse_nodeset(expr)
+    assert not SYNTAX.match(expr)
+
+
+def test_a_bracket_holds_ranges_only() -> None:
+    """ClusterShell read n[1,-3] as n-3 and n1."""
+    with pytest.raises(NodeSetError, match="no range"):
+        parse_nodeset("n[1,-3]")
+    assert not SYNTAX.match("n[1,-3]")
+
+
+@given(nodesets())
+def test_every_node_set_of_the_documented_format_parses(expr: str) -> None:
+    """The ``nodeset`` format (tests/openapi_formats.py) is what the API's documents promise."""
+    assert SYNTAX.match(expr)
+    assert parse_nodeset(expr)

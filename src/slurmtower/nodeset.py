@@ -15,12 +15,17 @@ from ClusterShell.NodeSet import NodeSetParseError, RangeSetParseError
 
 from slurmtower.errors import NodeSetError
 
-__all__ = ["MAX_NODES", "NodeSet", "parse_nodeset", "split_outside_brackets"]
+__all__ = ["MAX_NODES", "SYNTAX", "NodeSet", "parse_nodeset", "split_outside_brackets"]
 
 #: Refuse absurd expansions (``n[1-99999999]``) before they eat memory.
 MAX_NODES = 100_000
 
 _ALLOWED = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+#: A node set expression's characters (names, ``[`` ``]`` ranges, ``,``), no item starting with
+#: ``-`` (a command would read it as an option): the pattern an API declares. What else it must
+#: be (brackets that match, ascending ranges, at most :data:`MAX_NODES` nodes) is checked when it
+#: is parsed.
+SYNTAX = re.compile(r"^[A-Za-z0-9_.\[\]][A-Za-z0-9_.\-\[\]]*(?:,[A-Za-z0-9_.\[\]][A-Za-z0-9_.\-\[\]]*)*$")
 
 
 class NodeSet:
@@ -137,6 +142,13 @@ def _parse(text: str, param: str) -> _CSNodeSet:
         bad = next(c for c in expr if not _ALLOWED.match(c))
         raise NodeSetError(f"{param}: invalid character {bad!r} in {expr!r}", param=param)
     _check_brackets(expr, param)
+    dashed = next((f for f in split_outside_brackets(expr) if f.startswith("-")), None)
+    if dashed is not None:  # Slurm's commands would take "-x" for an option
+        raise NodeSetError(f"{param}: a node name does not start with '-': {dashed!r}", param=param)
+    for group in re.findall(r"\[([^\]]*)\]", expr):  # ClusterShell reads n[1,-3] as n-3 and n1
+        stray = next((item for item in group.split(",") if not _RANGE.match(item)), None)
+        if stray is not None:
+            raise NodeSetError(f"{param}: {stray!r} is no range in {expr!r} (n[1-4,7])", param=param)
     named = _named_count(expr)
     if named > MAX_NODES:  # before expanding: n[1-99999999] would take ClusterShell many seconds
         raise NodeSetError(f"{param}: {expr!r} expands to {named} nodes (max {MAX_NODES})", param=param)
