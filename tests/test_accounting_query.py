@@ -163,25 +163,25 @@ def test_bad_input_names_its_parameter(raw: str, param: str) -> None:
     assert err.value.to_problem()["param"] == param
 
 
-def test_a_cursor_round_trips_and_is_opaque() -> None:
-    c = Cursor(order="jobid", key=(700000, 1795991896))
-    text = c.encode()
-    assert "700000" not in text
-    assert Cursor.decode(text) == c
-    assert parse_history_query(f"jobid<=800000&cursor={text}").cursor == c
+def test_a_cursor_round_trips_as_the_position_of_a_row() -> None:
+    c = Cursor(inx=42, job_id=700000, submit=1795991896)
+    assert c.encode() == "42.700000.1795991896"
+    assert Cursor.decode(c.encode()) == c
+    assert parse_history_query(f"jobid<=800000&cursor={c.encode()}").cursor == c
 
 
-def test_a_cursor_from_another_order_is_refused() -> None:
-    submit_cursor = Cursor(order="submit", key=(42,)).encode()
-    with pytest.raises(InvalidInput) as err:
-        parse_history_query(f"jobid<5&cursor={submit_cursor}")
-    assert err.value.param == "cursor"
-
-
-def test_cursor_and_offset_together_are_refused() -> None:
-    with pytest.raises(InvalidInput) as err:
-        parse_history_query(f"offset=10&cursor={Cursor(order='submit', key=(42,)).encode()}")
-    assert err.value.param == "offset"
+def test_any_cursor_continues_any_query_and_offset_skips_after_it() -> None:
+    """Issue 41, item 9: what the document calls a cursor is one. A row's position in both
+    orders continues a query of either order (it was refused: "belongs to a query with other
+    filters"), and offset counts after it (it was refused with a cursor)."""
+    c = Cursor(inx=42, job_id=5, submit=1795991896).encode()
+    assert parse_history_query(f"jobid<5&cursor={c}").cursor == Cursor(42, 5, 1795991896)
+    q = parse_history_query(f"offset=10&cursor={c}")
+    assert (q.offset, q.cursor) == (10, Cursor(42, 5, 1795991896))
+    for bad in ("", "42", "42.5", "a.b.c", "42.5.6.7", "-1.5.6", "%C2%B2.5.6"):
+        with pytest.raises(InvalidInput) as err:
+            parse_history_query(f"cursor={bad}")
+        assert err.value.param == "cursor"
 
 
 @given(st.text(max_size=120))
@@ -232,6 +232,6 @@ def test_a_cursor_holds_26_05_row_ids() -> None:
     from slurmtower.errors import InvalidInput
 
     inx = 15913056731698157568  # a real 26.05 row id
-    assert Cursor.decode(Cursor(order="submit", key=(inx,)).encode()).key == (inx,)
-    with pytest.raises(InvalidInput):
-        Cursor.decode(Cursor(order="submit", key=(2**64,)).encode())
+    assert Cursor.decode(Cursor(inx=inx, job_id=7, submit=1).encode()).inx == inx
+    # Past what the columns hold: their largest value, a position after every row.
+    assert Cursor.decode(f"{2**64}.{2**32}.1") == Cursor(2**64 - 1, 2**32 - 1, 1)

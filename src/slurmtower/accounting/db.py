@@ -579,7 +579,7 @@ class AccountingDB:
             if query.order == "jobid":
                 order = [job.c.id_job.desc(), job.c.time_submit.desc()]
                 if query.cursor is not None:
-                    last_id, last_submit = query.cursor.key
+                    last_id, last_submit = query.cursor.job_id, query.cursor.submit
                     conds.append(
                         or_(
                             job.c.id_job < last_id,
@@ -589,7 +589,7 @@ class AccountingDB:
             else:
                 order = [job.c.job_db_inx.desc()]
                 if query.cursor is not None:
-                    conds.append(job.c.job_db_inx < query.cursor.key[0])
+                    conds.append(job.c.job_db_inx < query.cursor.inx)
             stmt = select(*self._job_columns(conn)).where(*conds).order_by(*order).limit(query.limit + 1)
             if query.offset:
                 stmt = stmt.offset(query.offset)
@@ -600,12 +600,8 @@ class AccountingDB:
         next_cursor = None
         if more and rows:
             last = rows[-1]
-            key = (
-                (int(last.id_job), int(last.time_submit))
-                if query.order == "jobid"
-                else (int(last.job_db_inx),)
-            )
-            next_cursor = Cursor(order=query.order, key=key).encode()
+            next_cursor = Cursor(inx=int(last.job_db_inx), job_id=int(last.id_job),
+                                 submit=int(last.time_submit)).encode()
         return HistoryPage(jobs=jobs, next_cursor=next_cursor, limit=query.limit, offset=query.offset)
 
     def _time_conditions(self, query: HistoryQuery) -> list[ColumnElement[bool]]:

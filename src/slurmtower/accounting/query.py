@@ -8,7 +8,7 @@ filter             comparators             value
 =================  ======================  =============================================
 limit              =                       1..1000, default 10
 offset             =                       rows to skip (seed compatible; prefer cursor)
-cursor             =                       opaque ``next_cursor`` of the previous page
+cursor             =                       ``next_cursor`` of the previous page (any query's)
 user               =                       user name (or uid when no such name)
 partition          =                       partition name
 account            =                       account name
@@ -26,16 +26,14 @@ Order: newest submission first (``job_db_inx DESC``, slurmdbd's primary key, so 
 paging is exact even across requeues and ``--fresh`` job id restarts). When a ``jobid``
 filter is given the order is ``id_job DESC, time_submit DESC`` instead: that is the
 ``id_job`` unique index, so a range like ``jobid<=700000`` reads only matching rows.
-A cursor remembers which order it belongs to.
+A cursor is the last row's position in both orders, so it continues any query; with
+``offset`` too, that many rows after it are skipped.
 
 Every malformed term raises :class:`InvalidInput` naming the parameter.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -46,9 +44,13 @@ from slurmtower.errors import InvalidInput
 from slurmtower.models.accounting import JOB_STATE_NAMES
 
 __all__ = [
+    "CURSOR_RE",
     "DEFAULT_LIMIT",
+    "JOB_STATE_RE",
     "MAX_LIMIT",
     "NAME",
+    "NAME_RE",
+    "UNIX_SECONDS",
     "Comparator",
     "Cursor",
     "HistoryOrder",
@@ -56,12 +58,16 @@ __all__ = [
     "check_names",
     "parse_history_query",
     "parse_job_state",
+    "parse_time",
 ]
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 1000
 _MAX_VALUE_LEN = 256
 _UINT32 = 2**32 - 1
+_UINT64 = 2**64 - 1
+#: A ``/history`` cursor (:class:`Cursor`).
+CURSOR_RE = re.compile(r"^[0-9]{1,20}\.[0-9]{1,10}\.[0-9]{1,20}$")
 
 Comparator = Literal["=", ">", "<", ">=", "<="]
 HistoryOrder = Literal["submit", "jobid"]
@@ -119,34 +125,31 @@ _STATE_ALIASES.update(
 
 @dataclass(frozen=True)
 class Cursor:
-    """Keyset position: the sort key of the last row of the previous page."""
+    """Keyset position: the last row of the previous page, by every key either order sorts on
+    (``job_db_inx``; ``id_job``, ``time_submit``), so that any cursor continues any query.
 
-    order: HistoryOrder
-    key: tuple[int, ...]
+    Its text is those three numbers, ``<job_db_inx>.<id_job>.<time_submit>``
+    (:data:`CURSOR_RE`); a number past what the column holds is its largest value (a position
+    after every row).
+    """
+
+    inx: int
+    job_id: int
+    submit: int
 
     def encode(self) -> str:
-        raw = json.dumps([self.order[0], *self.key], separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return f"{self.inx}.{self.job_id}.{self.submit}"
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
-        """Raises :class:`InvalidInput` (param ``cursor``) for anything not made by :meth:`encode`."""
-        try:
-            data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-        except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-            raise InvalidInput("cursor is not a cursor from a previous page", param="cursor") from exc
-        orders: dict[str, tuple[HistoryOrder, int]] = {"s": ("submit", 1), "j": ("jobid", 2)}
-        if (
-            not isinstance(data, list)
-            or not data
-            or data[0] not in orders
-            or len(data) != orders[data[0]][1] + 1
-            # slurmdbd's job_db_inx is a bigint unsigned: from 26.05 on it is the run's sluid,
-            # e.g. 15913056731698157568, above 2**63
-            or not all(type(v) is int and 0 <= v < 2**64 for v in data[1:])
-        ):
-            raise InvalidInput("cursor is not a cursor from a previous page", param="cursor")
-        return cls(order=orders[data[0]][0], key=tuple(data[1:]))
+        """Raises :class:`InvalidInput` (param ``cursor``) for text :data:`CURSOR_RE` refuses."""
+        if not CURSOR_RE.match(text):
+            raise InvalidInput(f"cursor is not a cursor from a previous page (<row>.<job id>.<submit time>), "
+                               f"not {text[:60]!r}", param="cursor")
+        inx, job_id, submit = (int(part) for part in text.split("."))
+        # slurmdbd's job_db_inx is a bigint unsigned: from 26.05 on it is the run's sluid,
+        # e.g. 15913056731698157568, above 2**63
+        return cls(inx=min(inx, _UINT64), job_id=min(job_id, _UINT32), submit=min(submit, _UINT64))
 
 
 @dataclass(frozen=True)
@@ -179,23 +182,29 @@ class HistoryQuery:
         return replace(self, cursor=cursor, offset=0)
 
 
+def _any_case(words: list[str]) -> str:
+    """An alternation of ``words`` (upper case) in any case, ASCII letters only."""
+    return "|".join("".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in w)
+                    for w in sorted(words, key=lambda w: (-len(w), w)))
+
+
+#: A job state as ``state`` takes it (:func:`parse_job_state`): a code 0-11 or a name.
+JOB_STATE_RE = re.compile(rf"^(?:0{{0,19}}[0-9]|0{{0,18}}1[01]|{_any_case(list(_STATE_ALIASES))})$")
+
+
 def parse_job_state(value: str, *, param: str = "state") -> int:
-    """A job state code from a number 0-11 or a name (FAILED, failed, JOB_FAILED, F).
+    """A job state code from a number 0-11 or a name (FAILED, failed, JOB_FAILED, F):
+    :data:`JOB_STATE_RE`.
 
     Raises :class:`InvalidInput` naming ``param``.
     """
-    text = value.strip()
-    if _DIGITS.fullmatch(text):
-        code = int(text)
-        if code < len(JOB_STATE_NAMES):
-            return code
-        raise InvalidInput(
-            f"state must be 0-{len(JOB_STATE_NAMES) - 1} or a state name, not {value!r}", param=param
-        )
-    code_or_none = _STATE_ALIASES.get(text.upper())
-    if code_or_none is None:
-        raise InvalidInput(f"unknown job state {value!r}", param=param)
-    return code_or_none
+    if not JOB_STATE_RE.match(value):
+        if _DIGITS.fullmatch(value):
+            raise InvalidInput(
+                f"state must be 0-{len(JOB_STATE_NAMES) - 1} or a state name, not {value!r}", param=param
+            )
+        raise InvalidInput(f"unknown job state {value[:60]!r}", param=param)
+    return int(value) if value.isdigit() else _STATE_ALIASES[value.upper()]
 
 
 def _int(value: str, param: str, *, minimum: int, maximum: int) -> int:
@@ -207,19 +216,37 @@ def _int(value: str, param: str, *, minimum: int, maximum: int) -> int:
     return number
 
 
-def _time(value: str, param: str) -> datetime:
+#: Unix seconds as the time filters take them (an ISO 8601 time is the other form).
+UNIX_SECONDS = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")
+_FIRST = datetime.min.replace(tzinfo=UTC)
+_LAST = datetime.max.replace(tzinfo=UTC)
+
+
+def parse_time(value: str, param: str) -> datetime:
+    """A time from ISO 8601 (naive: UTC) or Unix seconds (:data:`UNIX_SECONDS`), in UTC.
+
+    A time before year 1 or after year 9999 once in UTC (``0001-01-01T00:00+05:00``, 12-digit
+    Unix seconds) is the first or last time there is: as a bound it keeps or leaves out
+    everything, as it would. Raises :class:`InvalidInput` naming ``param`` for anything else.
+    """
     text = value.strip()
     try:
-        if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", text):
-            return datetime.fromtimestamp(float(text), UTC)
+        if UNIX_SECONDS.match(text):
+            try:
+                return datetime.fromtimestamp(float(text), UTC)
+            except (OverflowError, OSError, ValueError):
+                return _LAST
         parsed = datetime.fromisoformat(text)
-        # Naive times are read as UTC: the API must not depend on the server's local zone.
-        # An offset can carry a time past year 9999 or before year 1 (OverflowError).
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    except (ValueError, OverflowError, OSError) as exc:
+        if parsed.tzinfo is None:
+            # Naive times are read as UTC: the API must not depend on the server's local zone.
+            return parsed.replace(tzinfo=UTC)
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:  # an offset carried it past year 9999 or before year 1
+            return _FIRST if parsed.year == 1 else _LAST
+    except ValueError as exc:
         raise InvalidInput(
-            f"{param} must be an ISO 8601 time (years 1-9999 in UTC) or Unix seconds, not {value[:60]!r}",
-            param=param,
+            f"{param} must be an ISO 8601 time or Unix seconds, not {value[:60]!r}", param=param,
         ) from exc
 
 
@@ -227,8 +254,7 @@ def parse_history_query(raw_query_string: str) -> HistoryQuery:
     """Parse a raw /history query string (``jobid<=987654&user=alice&limit=25``).
 
     Raises :class:`InvalidInput` with ``param`` set for an unknown filter, a comparator the
-    filter does not allow (``user>x``), a repeated filter, a malformed or out-of-range value,
-    or a cursor that does not belong to this query's order.
+    filter does not allow (``user>x``), a repeated filter, a malformed or out-of-range value.
     """
     values: dict[str, object] = {}
     jobid: list[tuple[Comparator, int]] = []
@@ -271,22 +297,18 @@ def parse_history_query(raw_query_string: str) -> HistoryQuery:
         elif name == "cursor":
             parsed = Cursor.decode(value)
         elif name in _TIME_FILTERS:
-            parsed = _time(value, name)
+            parsed = parse_time(value, name)
         else:
             parsed = value
         values[name] = parsed
-    query = HistoryQuery(jobid=tuple(jobid), **values)  # type: ignore[arg-type]
-    if query.cursor is not None:
-        if query.cursor.order != query.order:
-            raise InvalidInput("cursor belongs to a query with other filters", param="cursor")
-        if query.offset:
-            raise InvalidInput("give either offset or cursor, not both", param="offset")
-    return query
+    return HistoryQuery(jobid=tuple(jobid), **values)  # type: ignore[arg-type]
 
 
 #: User, account and partition names Slurm accepts (POSIX-ish names; '@' for LDAP domains).
 #: Anything else (quotes, spaces, SQL) is refused rather than looked up.
 NAME = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,127}")
+#: :data:`NAME` as a whole value (the pattern the API declares).
+NAME_RE = re.compile(rf"^{NAME.pattern}$")
 
 
 def check_names(query: HistoryQuery) -> None:

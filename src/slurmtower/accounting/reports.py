@@ -107,7 +107,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from slurmtower.accounting.db import AccountingDB, _partition_member, parse_tres
-from slurmtower.accounting.query import _time
+from slurmtower.accounting.query import parse_time
 from slurmtower.errors import ConfigError, InvalidInput
 from slurmtower.models.partition import Partition
 from slurmtower.models.reports import (
@@ -285,7 +285,7 @@ def _names(values: Sequence[str], param: str) -> list[str]:
     if isinstance(values, str):
         values = [v for v in values.split(",") if v]
     names = list(dict.fromkeys(values))
-    if len(names) > _MAX_NAMES:
+    if len(values) > _MAX_NAMES:  # counted as given: a name twice is two of the list's
         raise InvalidInput(f"{param}: at most {_MAX_NAMES} names", param=param)
     for name in names:
         if not isinstance(name, str) or not name or len(name) > 256 or any(c in name for c in "\0\n"):
@@ -391,7 +391,7 @@ class Reports:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
-            return _epoch(_time(value, param))
+            return _epoch(parse_time(value, param))
         raise InvalidInput(f"{param} must be a time", param=param)
 
     def _local(self, t: int) -> datetime:
@@ -449,7 +449,7 @@ class Reports:
         names = list(dict.fromkeys(w.strip() for w in wanted))
         if not names:
             raise InvalidInput("tres: name at least one TRES", param="tres")
-        if len(names) > _MAX_NAMES:
+        if len(wanted) > _MAX_NAMES:
             raise InvalidInput(f"tres: at most {_MAX_NAMES}", param="tres")
         t = self.db.tables.tres
         known: dict[str, int] = {}

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from slurmtower import __version__
 from slurmtower.api.params import add_problem_schema, problems
 from slurmtower.api.problems import http_problem, problem_response, slurmtower_problem
+from slurmtower.api.query import single_values
 from slurmtower.api.reads import FastReads, read_capped
 from slurmtower.api.routes.clusters import cluster_path
 from slurmtower.errors import ConfigError, InvalidInput, PayloadTooLarge, SlurmtowerError
@@ -318,6 +319,7 @@ def create_app(
         version=__version__,
         description="A control tower for Slurm clusters: live state, job history, actions, node events.",
         lifespan=lifespan,
+        dependencies=[Depends(single_values)],  # a declared parameter given twice is refused
     )
     app.state.services = services
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -41,8 +42,10 @@ from slurmtower.runtime.services import Services
 from slurmtower.visibility import Viewer, Visibility
 
 __all__ = [
+    "NAMES_RE",
     "REPORT_KINDS",
     "REPORT_PARAMS",
+    "SIZE_BUCKETS_RE",
     "AnyReport",
     "ReportKind",
     "parse_report",
@@ -68,17 +71,30 @@ REPORT_PARAMS: dict[str, tuple[str, ...]] = {
     "availability": ("start", "end", "partitions", "top_reasons"),
 }
 _MAX_PARAM = 4096  # a longer value is no name list anyone means
+_MAX_NAMES = 100
+_NAME = r"[^\x00\n, ](?:[^\x00\n,]{0,254}[^\x00\n, ])?"
+#: A list parameter (``users``, ``accounts``, ``partitions``, ``tres``): 1-100 comma-separated
+#: names of 1-256 characters, no NUL or newline (spaces around a name and empty items ignored).
+NAMES_RE = re.compile(rf"^[ ,]*{_NAME}(?: *,[ ,]*{_NAME}){{0,{_MAX_NAMES - 1}}}[ ,]*$")
+_BUCKET = "|".join(f"0{{{z}}}[1-9][0-9]{{0,{8 - z}}}" for z in range(9))
+#: ``size_buckets``: 1-20 comma-separated whole numbers from 1 (up to 9 digits); they must
+#: also increase, which the report checks.
+SIZE_BUCKETS_RE = re.compile(rf"^[ ,]*(?:{_BUCKET})(?: *,[ ,]*(?:{_BUCKET})){{0,19}}[ ,]*$")
 
 
 def _list(params: Mapping[str, str], name: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in params.get(name, "").split(",") if v.strip())
+    value = params.get(name, "")
+    if name in params and not (SIZE_BUCKETS_RE if name == "size_buckets" else NAMES_RE).match(value):
+        what = "at most 20 whole numbers from 1" if name == "size_buckets" else f"1-{_MAX_NAMES} names"
+        raise InvalidInput(f"{name} must be {what}, comma-separated, not {value[:60]!r}", param=name)
+    return tuple(v.strip(" ") for v in value.split(",") if v.strip(" "))
 
 
 def _int(params: Mapping[str, str], name: str) -> int | None:
     text = params.get(name)
     if text is None or text == "":
         return None
-    if not text.strip().isdigit() or len(text) > 9:
+    if not (text.isascii() and text.strip().isdigit()) or len(text) > 9:  # int("²") raises
         raise InvalidInput(f"{name} must be a whole number, not {text[:60]!r}", param=name)
     return int(text)
 
@@ -87,8 +103,9 @@ def parse_report(kind: str, params: Mapping[str, str]) -> AnyQuery:
     """The query of report ``kind`` from its parameters (strings, as a query string has them).
 
     Raises :class:`InvalidInput` naming the parameter: an unknown report or parameter, a
-    missing ``start``/``end``, a number that is none, a value over 4,096 characters. The
-    values themselves (a group, a period, a range) are checked by :class:`Reports`.
+    missing ``start``/``end``, an empty value, a number that is none, a list :data:`NAMES_RE`
+    or :data:`SIZE_BUCKETS_RE` refuses, a value over 4,096 characters. The values themselves
+    (a group, a period, a range) are checked by :class:`Reports`.
     """
     if kind not in REPORT_PARAMS:
         raise InvalidInput(f"unknown report {kind[:60]!r} (known: {', '.join(REPORT_KINDS)})", param="report")
@@ -99,6 +116,8 @@ def parse_report(kind: str, params: Mapping[str, str]) -> AnyQuery:
                                param=name[:60])
         if len(value) > _MAX_PARAM:
             raise InvalidInput(f"{name} is longer than {_MAX_PARAM} characters", param=name)
+        if not value and name not in ("start", "end"):
+            raise InvalidInput(f"{name} is empty (leave it out for its default)", param=name)
     for name in ("start", "end"):
         if not params.get(name):
             raise InvalidInput(f"{name} is required (ISO 8601, e.g. 2026-11-01T00:00:00Z, or Unix seconds)",
@@ -115,9 +134,6 @@ def parse_report(kind: str, params: Mapping[str, str]) -> AnyQuery:
                                accounts=_list(params, "accounts"))
     if kind == "waits":
         buckets = _list(params, "size_buckets")
-        for b in buckets:
-            if not b.isdigit() or len(b) > 9:
-                raise InvalidInput(f"size_buckets must be whole numbers, not {b[:60]!r}", param="size_buckets")
         return WaitQuery(start=start, end=end,
                          size_buckets=tuple(int(b) for b in buckets) if buckets else DEFAULT_SIZE_BUCKETS,
                          partitions=_list(params, "partitions"), accounts=_list(params, "accounts"))

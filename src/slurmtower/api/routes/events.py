@@ -15,19 +15,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid as uuid_mod
 from collections.abc import AsyncGenerator, Callable
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Send
 
+from slurmtower.accounting.query import parse_time
 from slurmtower.api.callback import receive_callback
 from slurmtower.api.deps import ServicesDep, cluster_of
-from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
+from slurmtower.api.params import CLUSTER_QUERY_SCHEMA, MAX_ID, READ_PROBLEMS, TIME_SCHEMA, problems
+from slurmtower.api.query import checked
 from slurmtower.api.security import Perm, Principal, lapsed, require
 from slurmtower.errors import ConfigError, InvalidInput
 from slurmtower.events.feed import EventFeed, Subscription
@@ -89,8 +91,10 @@ def _sensor(services: Services) -> Sensor:
 
 #: ``?cluster=`` (or ``/clusters/{cluster}/events...``): one cluster's events; without it every
 #: cluster's (each event names its cluster once several are served).
-ClusterParam = Annotated[str | None, Query(alias="cluster", max_length=40, description="Only this cluster's "
-                                           "events (default: every cluster's).")]
+ClusterParam = Annotated[str | None, checked("Only this cluster's events (default: every cluster's); one not "
+                                             "served is a 404.", CLUSTER_QUERY_SCHEMA, alias="cluster")]
+#: ``type``: event types, comma-separated or repeated, each at most 200 characters.
+_TYPES = re.compile(r"^[^\x00,]{0,200}(?:,[^\x00,]{0,200})*$")
 
 
 async def _scope(request: Request, services: Services) -> tuple[str | None, Callable[[Event], Event | None] | None]:
@@ -123,22 +127,28 @@ def _types(type_: list[str] | None) -> list[str] | None:
 
 
 @router.get("/events", dependencies=[require(Perm.READ)], response_model=list[Event],
-            responses=problems(400, *READ_PROBLEMS))
+            responses=problems(400, 404, *READ_PROBLEMS))
 async def list_events(
     services: ServicesDep,
     since: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = None,
-    type_: Annotated[list[str] | None, Query(alias="type", description="Event type(s).")] = None,
+    type_: Annotated[list[str] | None, Query(alias="type", description="Event type(s).",
+                                             json_schema_extra={"items": {"type": "string",
+                                                                          "pattern": _TYPES.pattern}})] = None,
     node: Annotated[str | None, Query(max_length=255, description="Only events about this node.")] = None,
-    start: Annotated[datetime | None, Query(description="Only events at or after (ISO 8601).")] = None,
-    end: Annotated[datetime | None, Query(description="Only events before (ISO 8601, with zone).")] = None,
+    start_text: Annotated[str | None, checked("Only events at or after (ISO 8601, naive = UTC; or Unix "
+                                              "seconds).", TIME_SCHEMA, alias="start")] = None,
+    end_text: Annotated[str | None, checked("Only events before (ISO 8601, naive = UTC; or Unix seconds); "
+                                            "not after `start`: none.", TIME_SCHEMA, alias="end")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"At most this many (1-{MAX_PAGE}).")] = 100,
     cluster_param: ClusterParam = None,
     *,
     request: Request,
 ) -> list[Event]:
     """Events oldest first; page with ``since`` = the last id you got."""
-    if start is not None and end is not None and start.tzinfo and end.tzinfo and end <= start:
-        raise InvalidInput("end must be after start", param="end")
+    start = parse_time(start_text, "start") if start_text is not None else None
+    end = parse_time(end_text, "end") if end_text is not None else None
+    if start is not None and end is not None and end <= start:
+        return []  # an empty range holds no event
     store = _store(services)
     name, seen = await _scope(request, services)
     found = await asyncio.to_thread(
@@ -170,7 +180,7 @@ async def list_rule_runs(
             for run in shown]
 
 
-@router.get("/events/sensor", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
+@router.get("/events/sensor", dependencies=[require(Perm.READ)], responses=problems(404, *READ_PROBLEMS))
 async def sensor_status(request: Request, services: ServicesDep, cluster_param: ClusterParam = None) -> dict[str, Any]:
     """The sensor's UUID, armed triggers and poll age (the default cluster's, or ``cluster``'s)."""
     return _sensor(services.cluster(cluster_of(request))).status()
@@ -222,7 +232,7 @@ class EventStreamResponse(StreamingResponse):
             await self.events.aclose()  # its subscription ends now, not when collected
 
 
-@router.get("/events/stream", dependencies=[require(Perm.READ)], responses=problems(400, *READ_PROBLEMS))
+@router.get("/events/stream", dependencies=[require(Perm.READ)], responses=problems(400, 404, *READ_PROBLEMS))
 async def stream_events(
     request: Request,
     services: ServicesDep,

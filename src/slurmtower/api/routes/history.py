@@ -13,8 +13,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from slurmtower.accounting import NAME, check_names, parse_history_query
+from slurmtower.accounting.query import CURSOR_RE, JOB_STATE_RE, MAX_LIMIT, NAME_RE
 from slurmtower.api.deps import ClusterDep
-from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.params import READ_PROBLEMS, TIME_SCHEMA, problems
+from slurmtower.api.query import checked
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import InvalidInput
@@ -26,11 +28,15 @@ __all__ = ["router"]
 router = APIRouter(tags=["accounting"])
 
 
-# Declared for the OpenAPI document only: the route parses the raw query string (``jobid<=5``
-# is no key=value pair), which also refuses unknown, repeated and malformed filters (400).
-_Text = Annotated[str | None, Query(description="A name (exact match).")]
-_Time = Annotated[str | None, Query(description="ISO 8601 (naive = UTC) or Unix seconds; `*_after` is "
-                                    "inclusive, `*_before` exclusive.")]
+# Declared for the OpenAPI document (and checked by FastAPI where a type says more than text):
+# the route parses the raw query string (``jobid<=5`` is no key=value pair), which also refuses
+# unknown, repeated and malformed filters (400). Each text is declared with the grammar its
+# parser applies (slurmtower.accounting.query).
+_Name = Annotated[str | None, checked("A name (exact match).", NAME_RE)]
+_Text = Annotated[str | None, Query(min_length=1, max_length=256, description="Exact job name.")]
+_Time = Annotated[str | None, checked("ISO 8601 (naive = UTC) or Unix seconds; `*_after` is inclusive, "
+                                      "`*_before` exclusive.", TIME_SCHEMA)]
+_UINT32 = 2**32 - 1
 
 
 @router.get("/history", response_model=HistoryPage, responses=problems(400, *READ_PROBLEMS, 503))
@@ -38,17 +44,21 @@ async def history(
     request: Request,
     services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
-    limit: Annotated[str | None, Query(description="Jobs per page, 1-1000 (default 10).")] = None,
-    offset: Annotated[str | None, Query(description="Rows to skip (prefer `cursor`).")] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
-    user: Annotated[str | None, Query(description="User name (or uid when no such name).")] = None,
-    partition: _Text = None,
-    account: _Text = None,
-    jobname: Annotated[str | None, Query(description="Exact job name.")] = None,
-    associd: Annotated[str | None, Query(description="Association id.")] = None,
-    state: Annotated[str | None, Query(description="Job state: 0-11 or a name (`FAILED`, `F` ...).")] = None,
-    jobid: Annotated[str | None, Query(description="Job id; also `jobid>N`, `jobid<N`, `jobid>=N`, "
-                                       "`jobid<=N`, repeatable to give a range.")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT, description="Jobs per page, 1-1000 (default 10).")]
+    = None,
+    offset: Annotated[int | None, Query(ge=0, le=2**31 - 1, description="Rows to skip (after `cursor` when "
+                                        "both are given; prefer `cursor`).")] = None,
+    cursor: Annotated[str | None, checked("`next_cursor` of the previous page (of any query: it is the "
+                                          "position of a row).", CURSOR_RE)] = None,
+    user: Annotated[str | None, checked("User name (or uid when no such name).", NAME_RE)] = None,
+    partition: _Name = None,
+    account: _Name = None,
+    jobname: _Text = None,
+    associd: Annotated[int | None, Query(ge=0, le=_UINT32, description="Association id.")] = None,
+    state: Annotated[str | None, checked("Job state: 0-11 or a name (`FAILED`, `failed`, `JOB_FAILED`, "
+                                         "`F` ...).", JOB_STATE_RE)] = None,
+    jobid: Annotated[int | None, Query(ge=0, le=_UINT32, description="Job id; also `jobid>N`, `jobid<N`, "
+                                       "`jobid>=N`, `jobid<=N`, repeatable to give a range.")] = None,
     submitted_after: _Time = None,
     submitted_before: _Time = None,
     started_after: _Time = None,
@@ -76,7 +86,7 @@ async def history(
 async def users(
     request: Request,
     services: ClusterDep,
-    name: Annotated[str | None, Query(description="Only this user.")] = None,
+    name: Annotated[str | None, checked("Only this user.", NAME_RE)] = None,
 ) -> list[AccountingUser]:
     """Users known to slurmdbd with their associations (accounts, partitions, limits)."""
     params = strict_query(request, ("name",))

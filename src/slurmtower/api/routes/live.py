@@ -25,12 +25,17 @@ from slurmtower.actions.hold_store import HoldStore
 from slurmtower.actions.holds import held_nodes, node_holds
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.query import NamesQuery, NodesQuery, checked
 from slurmtower.api.reads import FastReads, respond, strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.live.cache import Snapshot, SnapshotCache, query_key
 from slurmtower.live.filters import (
+    JOB_CURSOR_RE,
+    JOB_STATES_RE,
     MAX_LIMIT,
+    NODE_CURSOR_RE,
     NODE_STATE_WORDS,
+    NODE_STATES_RE,
     QueueFilter,
     decode_cursor,
     mapped,
@@ -216,13 +221,11 @@ def _stats(stats: ControllerStats) -> dict[str, Any]:
 
 
 # -- filters and paging ---------------------------------------------------------------------
-QueueParam = Annotated[str | None, Query(description="Comma-separated values; any of them matches.",
-                                         max_length=4000)]
-LimitParam = Annotated[str | None, Query(description=f"At most this many items (1-{MAX_LIMIT}); "
-                                         "then `next_cursor` gives the next page.")]
-CursorParam = Annotated[str | None, Query(description="`next_cursor` of the previous page.", max_length=400)]
-NodesParam = Annotated[str | None, Query(description="A node set, e.g. `n[1-100]` (jobs: running on any "
-                                         "of them).", max_length=4000)]
+# Each declared with the grammar its check applies (slurmtower.live.filters): api/query.py.
+QueueParam = NamesQuery
+LimitParam = Annotated[int | None, Query(ge=1, le=MAX_LIMIT, description=f"At most this many items "
+                                         f"(1-{MAX_LIMIT}); then `next_cursor` gives the next page.")]
+NodesParam = NodesQuery
 
 
 async def _respond_query(request: Request, cache: SnapshotCache, params: dict[str, str], snap: Snapshot[Any],
@@ -239,11 +242,12 @@ _NODE_PARAMS = ("state", "partition", "nodes", "limit", "cursor", "holds")
 async def queue(request: Request, services: ClusterDep, principal: Annotated[Principal, _READ],
                 user: QueueParam = None, account: QueueParam = None,
                 partition: QueueParam = None,
-                state: Annotated[str | None, Query(description="Job states (`PENDING`, `RUNNING` ... or "
-                                                   "squeue's `PD`, `R` ...), comma-separated.",
-                                                   max_length=400)] = None,
+                state: Annotated[str | None, checked("Job states (`PENDING`, `RUNNING` ... or squeue's `PD`, "
+                                                     "`R` ...; any case), comma-separated.", JOB_STATES_RE,
+                                                     max_length=400)] = None,
                 name: QueueParam = None, nodes: NodesParam = None, limit: LimitParam = None,
-                cursor: CursorParam = None) -> Response:
+                cursor: Annotated[str | None, checked("`next_cursor` of the previous page: the job id the "
+                                                      "page starts after.", JOB_CURSOR_RE)] = None) -> Response:
     """The job queue: every job slurmctld holds (pending, running, recently finished), by job id.
 
     With filters (squeue's: user, account, partition, state, name, nodes) and/or ``limit``
@@ -279,11 +283,12 @@ async def queue(request: Request, services: ClusterDep, principal: Annotated[Pri
 @router.get("/nodes", dependencies=[_READ], response_model=None,
             responses={200: {"model": NodesResponse}, **problems(400, *READ_PROBLEMS, 503)})
 async def nodes(request: Request, services: ClusterDep,
-                state: Annotated[str | None, Query(description="Base states or flags (`idle`, `down`, `drain`, "
-                                                   "`not_responding` ...), comma-separated: any matches.",
-                                                   max_length=400)] = None,
+                state: Annotated[str | None, checked("Base states or flags (`idle`, `down`, `drain`, "
+                                                     "`not_responding` ...; any case), comma-separated: any "
+                                                     "matches.", NODE_STATES_RE, max_length=400)] = None,
                 partition: QueueParam = None, nodes: NodesParam = None, limit: LimitParam = None,
-                cursor: CursorParam = None,
+                cursor: Annotated[str | None, checked("`next_cursor` of the previous page: the node name the "
+                                                      "page starts after.", NODE_CURSOR_RE)] = None,
                 holds: Annotated[bool | None, Query(description="`true`: each node also carries its drain "
                                                     "holds (`holds`, as `/nodes/holds` gives them; `[]` for a "
                                                     "node in service), joined per request from the store.")]

@@ -27,6 +27,7 @@ __all__ = ["LoadResponse", "router"]
 
 router = APIRouter(tags=["live"])
 _DIGITS = re.compile(r"[0-9]{1,12}")
+_MAX_SECONDS = 10**12 - 1
 
 
 class LoadResponse(BaseModel):
@@ -50,10 +51,10 @@ def _seconds(params: dict[str, str], name: str, default: float) -> float:
 async def load(
     request: Request,
     services: ClusterDep,
-    time_s: Annotated[str | None, Query(alias="time", description="Seconds of samples (default: one "
-                                        "archive interval).")] = None,
-    offset_s: Annotated[str | None, Query(alias="offset", description="Ending this many seconds ago "
-                                          "(default 0).")] = None,
+    time_s: Annotated[int | None, Query(alias="time", ge=1, le=_MAX_SECONDS, description="Seconds of samples "
+                                        "(default: one archive interval).")] = None,
+    offset_s: Annotated[int | None, Query(alias="offset", ge=0, le=_MAX_SECONDS, description="Ending this many "
+                                          "seconds ago (default 0).")] = None,
 ) -> LoadResponse:
     """Archived load samples of the last ``time`` seconds (default: one archive interval),
     ending ``offset`` seconds ago."""

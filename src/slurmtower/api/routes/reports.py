@@ -12,17 +12,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from slurmtower.api.deps import ClusterDep
-from slurmtower.api.params import READ_PROBLEMS, problems
+from slurmtower.api.params import READ_PROBLEMS, TIME_SCHEMA, problems
+from slurmtower.api.query import checked
 from slurmtower.api.reads import strict_query
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import InvalidInput
-from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
+from slurmtower.models.reports import (
+    GROUP_BY,
+    PERIODS,
+    ROLLUPS,
+    AvailabilityReport,
+    EfficiencyReport,
+    UsageReport,
+    WaitReport,
+)
 from slurmtower.runtime import Services
-from slurmtower.runtime.reports import REPORT_PARAMS, read_report, report_csv
+from slurmtower.runtime.reports import NAMES_RE, REPORT_PARAMS, SIZE_BUCKETS_RE, read_report, report_csv
 
 __all__ = ["router"]
 
@@ -35,12 +44,17 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     **problems(400, *READ_PROBLEMS, 503),
 }
 
-# Required, but checked by the route (after unknown parameters, which are named first).
-_Time = Annotated[str | None, Query(description="ISO 8601 (naive = UTC) or Unix seconds; hour-aligned for the "
-                                    "rollup sources. Required.")]
-_Names = Annotated[str | None, Query(description="Comma-separated names: only these.")]
-_Format = Annotated[str | None, Query(description="`json` (default) or `csv`.")]
-_Top = Annotated[str | None, Query(description="Only the N largest groups (1-1000).")]
+# Each declared with the grammar its check applies (slurmtower.runtime.reports, the report's own
+# checks); the route names an unknown parameter first (known_query, before FastAPI's checks).
+_Time = Annotated[str, checked("ISO 8601 (naive = UTC) or Unix seconds; `end` after `start`, at most 366 days "
+                               "later; hour-aligned for the rollup sources.", TIME_SCHEMA)]
+_Names = Annotated[str | None, checked("Comma-separated names (1-100): only these.", NAMES_RE, max_length=4096)]
+_Format = Annotated[str | None, checked("`json` (default) or `csv`.", {"enum": ["json", "csv"]})]
+_Top = Annotated[int | None, Query(ge=1, le=1000, description="Only the N largest groups (1-1000).")]
+
+
+def _enum(description: str, values: tuple[str, ...]) -> Any:
+    return checked(description, {"enum": list(values)})
 
 
 def _wants_csv(request: Request, fmt: str | None) -> bool:
@@ -52,8 +66,18 @@ def _wants_csv(request: Request, fmt: str | None) -> bool:
     return _CSV in accept and "application/json" not in accept
 
 
-async def _report(request: Request, services: Services, principal: Principal, kind: str) -> Any:
-    params = strict_query(request, (*REPORT_PARAMS[kind], "format"))
+def _known(kind: str) -> Any:
+    """The report's parameters, unknown and repeated ones refused: a dependency, so that a
+    misspelt parameter is named before a missing ``start`` is."""
+    def known(request: Request) -> dict[str, str]:
+        return strict_query(request, (*REPORT_PARAMS[kind], "format"))
+
+    return Depends(known)
+
+
+async def _report(request: Request, services: Services, principal: Principal, kind: str,
+                  params: dict[str, str]) -> Any:
+    params = dict(params)
     csv = _wants_csv(request, params.pop("format", None))
     report = await read_report(services, kind, params, principal)
     if csv:
@@ -66,50 +90,53 @@ async def _report(request: Request, services: Services, principal: Principal, ki
 @router.get("/reports/usage", response_model=UsageReport, responses=_RESPONSES)
 async def usage(
     request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
-    start: _Time = None, end: _Time = None,
-    period: Annotated[str | None, Query(description="hour, day, week, month or range (default).")] = None,
-    group_by: Annotated[str | None, Query(description="cluster, account (default), user, account+user, "
-                                          "partition or qos.")] = None,
-    tres: Annotated[str | None, Query(description="Comma-separated TRES (default cpu): cpu, mem, energy, "
-                                      "gres/gpu ... as the cluster tracks them.")] = None,
+    params: Annotated[dict[str, str], _known("usage")], start: _Time, end: _Time,
+    period: Annotated[str | None, _enum("hour, day, week, month or range (default).", PERIODS)] = None,
+    group_by: Annotated[str | None, _enum("cluster, account (default), user, account+user, partition or qos.",
+                                          GROUP_BY)] = None,
+    tres: Annotated[str | None, checked("Comma-separated TRES (default cpu): cpu, mem, energy, gres/gpu ... as "
+                                        "the cluster tracks them.", NAMES_RE, max_length=4096)] = None,
     top: _Top = None, users: _Names = None, accounts: _Names = None,
-    rollup: Annotated[str | None, Query(description="auto (default), hour, day or month: the rollup table.")] = None,
+    rollup: Annotated[str | None, _enum("auto (default), hour, day or month: the rollup table.", ROLLUPS)] = None,
     format: _Format = None,
 ) -> Any:
     """Usage per group and period in TRES-hours, as sreport counts it (rollup tables; the job table
     for partitions and QOS), with totals, shares and the source that served it."""
-    return await _report(request, services, principal, "usage")
+    return await _report(request, services, principal, "usage", params)
 
 
 @router.get("/reports/efficiency", response_model=EfficiencyReport, responses=_RESPONSES)
 async def efficiency(
     request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
-    start: _Time = None, end: _Time = None,
-    group_by: Annotated[str | None, Query(description="user (default), account or account+user.")] = None,
+    params: Annotated[dict[str, str], _known("efficiency")], start: _Time, end: _Time,
+    group_by: Annotated[str | None, _enum("user (default), account or account+user.",
+                                          ("user", "account", "account+user"))] = None,
     top: _Top = None, users: _Names = None, accounts: _Names = None, format: _Format = None,
 ) -> Any:
     """CPU and memory efficiency (used over allocated, as seff counts it) of the jobs that ended in the range."""
-    return await _report(request, services, principal, "efficiency")
+    return await _report(request, services, principal, "efficiency", params)
 
 
 @router.get("/reports/waits", response_model=WaitReport, responses=_RESPONSES)
 async def waits(
     request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
-    start: _Time = None, end: _Time = None,
-    size_buckets: Annotated[str | None, Query(description="Lower CPU bounds of the size buckets after the "
-                                              "first (default 50,250,500,1000).")] = None,
+    params: Annotated[dict[str, str], _known("waits")], start: _Time, end: _Time,
+    size_buckets: Annotated[str | None, checked("Lower CPU bounds of the size buckets after the first, "
+                                                "increasing (default 50,250,500,1000).", SIZE_BUCKETS_RE)] = None,
     partitions: _Names = None, accounts: _Names = None, format: _Format = None,
 ) -> Any:
     """Wait times and job sizes per partition and account (like sreport job SizesByAccount)."""
-    return await _report(request, services, principal, "waits")
+    return await _report(request, services, principal, "waits", params)
 
 
 @router.get("/reports/availability", response_model=AvailabilityReport, responses=_RESPONSES)
 async def availability(
     request: Request, services: ClusterDep, principal: Annotated[Principal, require(Perm.READ)],
-    start: _Time = None, end: _Time = None, partitions: _Names = None,
-    top_reasons: Annotated[str | None, Query(description="Reasons listed per row (default 10).")] = None,
+    params: Annotated[dict[str, str], _known("availability")], start: _Time, end: _Time,
+    partitions: _Names = None,
+    top_reasons: Annotated[int | None, Query(ge=1, le=100, description="Reasons listed per row (1-100, "
+                                             "default 10).")] = None,
     format: _Format = None,
 ) -> Any:
     """Down and drained node-hours per partition and node from slurmdbd's event table, the costliest reasons first."""
-    return await _report(request, services, principal, "availability")
+    return await _report(request, services, principal, "availability", params)
