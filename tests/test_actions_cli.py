@@ -145,7 +145,7 @@ def test_actions_list_and_show(cli: Any) -> None:
         *(f"slurm.job.{v}" for v in ("cancel", "hold", "release", "requeue", "suspend", "resume", "signal", "update")),
         *(f"slurm.reservation.{v}" for v in ("create", "update", "delete"))])
     show = cli("actions", "show", "slurm.node.drain").stdout
-    assert "nodes (string) (required)" in show
+    assert "nodes (string | list[string]) (required)" in show  # a node set, or a list of them
     assert 'reason (string) default: "slurmtower: Drained using slurm.node.drain action"' in show
     schema = json.loads(cli("actions", "show", "slurm.trigger.unset", "-o", "json").stdout)
     assert schema["parameters"]["properties"]["user"]["default"] == "slurm"

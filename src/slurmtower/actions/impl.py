@@ -133,7 +133,7 @@ def config_get(run: Run, p: ConfigGetParams) -> dict[str, Any]:
         return dict(items)
     key = config_key(p.item)
     if key not in items:
-        raise InvalidInput(f"unknown configuration item {p.item!r}{_suggest(key, sorted(items))}", param="item")
+        raise NotFound(f"unknown configuration item {p.item!r}{_suggest(key, sorted(items))}", param="item")
     return {key: items[key]}
 
 

@@ -55,11 +55,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from slurmtower.actions.breaker import OVERRIDDEN, TRIPPED, BreakerTripped
 from slurmtower.actions.params import _Mutating
 from slurmtower.actions.registry import Run, action
+from slurmtower.actions.schemas import (
+    CRITERIAS_SCHEMA,
+    JOBIDS_SCHEMA,
+    ONE_WAY,
+    SIGNAL_SCHEMA,
+    update_fields_schema,
+    whole,
+)
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, Unsupported
 from slurmtower.models import Job, JobState
 from slurmtower.models.job import array_task_ranges
@@ -116,12 +124,16 @@ _OVERRIDE = ("Go on even when the job breaker would refuse (more jobs than actio
 
 
 class _JobTarget(_Mutating):
+    model_config = ConfigDict(json_schema_extra=ONE_WAY)
+
     jobids: list[str] | None = Field(default=None, description=(
-        "Job ids: 123, an array task 123_4, tasks 123_[1-5], a whole array or het job by its id, a het "
-        "component 123+1 (a list, or one comma-separated string). Give jobids or criterias."))
+        "Job ids: 123, an array task 123_4, tasks 123_[1-5] (ascending), a whole array or het job by its id, "
+        "a het component 123+1 (a list, or one comma-separated string). Give jobids or criterias."),
+        json_schema_extra=JOBIDS_SCHEMA)
     criterias: dict[str, str | list[str]] | None = Field(default=None, description=(
         "The jobs /queue's filters select, as squeue: " + ", ".join(CRITERIA) + " (a value or a list), "
-        'e.g. {"partition": "debug", "state": "PENDING"}. Give jobids or criterias.'))
+        'e.g. {"partition": "debug", "state": "PENDING"}. Give jobids or criterias.'),
+        json_schema_extra=CRITERIAS_SCHEMA)
     override_breaker: bool = Field(default=False, description=_OVERRIDE)
 
     @field_validator("jobids", mode="before")
@@ -129,7 +141,12 @@ class _JobTarget(_Mutating):
     def _ids(cls, value: Any) -> Any:
         if value is None:
             return None
-        refs = parse_job_ids(value if isinstance(value, str | int) else list(value))
+        value = whole(value)
+        if isinstance(value, list | tuple):
+            value = [whole(v) for v in value]
+        elif not isinstance(value, str | int):
+            raise ValueError("job ids are a list, a number or a comma-separated string")
+        refs = parse_job_ids(value)
         return [r.text for r in refs]
 
     @field_validator("criterias")
@@ -155,8 +172,13 @@ class _JobTarget(_Mutating):
 
 
 class JobCancelParams(_JobTarget):
+    model_config = ConfigDict(json_schema_extra={
+        **ONE_WAY, "not": {"required": ["batch", "full"],
+                           "properties": {"batch": {"const": True}, "full": {"const": True}}}})
+
     signal: str | None = Field(default=None, description="Send this signal instead of ending the job "
-                                                         "(scancel --signal: a name such as USR1, or 1-64).")
+                                                         "(scancel --signal: a name such as USR1, or 1-64).",
+                               json_schema_extra={"anyOf": [SIGNAL_SCHEMA, {"type": "null"}]})
     batch: bool = Field(default=False, description="Only the batch shell (scancel --batch).")
     full: bool = Field(default=False, description="Every step and the batch shell (scancel --full).")
 
@@ -195,7 +217,8 @@ class JobResumeParams(_JobTarget):
 
 
 class JobSignalParams(_JobTarget):
-    signal: str = Field(description="The signal: a name such as USR1 or TERM, or a number 1-64.")
+    signal: str = Field(description="The signal: a name such as USR1 or TERM, or a number 1-64.",
+                        json_schema_extra=SIGNAL_SCHEMA)
 
     @field_validator("signal")
     @classmethod
@@ -204,13 +227,15 @@ class JobSignalParams(_JobTarget):
 
 
 class JobUpdateParams(_JobTarget):
-    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(JOB_UPDATE_FIELDS) + ".")
+    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(JOB_UPDATE_FIELDS) + ".",
+                                  json_schema_extra=update_fields_schema(exclude=("admin_comment",)))
 
     @field_validator("infos")
     @classmethod
     def _fields(cls, value: dict[str, Any]) -> dict[str, Any]:
         if "admin_comment" in value:
             raise ValueError("admin_comment is slurmtower's record of who acted: it cannot be set")
+        value = {k: whole(v) for k, v in value.items()}
         check_update_fields(value)
         return value
 

@@ -28,7 +28,15 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from slurmtower.actions.params import NodeSetText, _Mutating, _reason, _resv_name, check_program
+from slurmtower.actions.params import (
+    REASON_PATTERN,
+    RESV_NAME,
+    NodeSetText,
+    _Mutating,
+    _reason,
+    _resv_name,
+    check_program,
+)
 from slurmtower.actions.registry import Run, action
 from slurmtower.errors import InvalidInput, SlurmTimeout, SlurmtowerError, SlurmUnavailable
 from slurmtower.models import JobState, NodeState
@@ -55,16 +63,28 @@ _OUTPUT_MAX = 160
 START_GRACE = 90.0
 
 
+#: A check command line the document offers: plain path names and arguments shlex reads as they are.
+_CHECK = r"^(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)+(?: [A-Za-z0-9_.,:=@%+/{} -]*)?$"
+
+
 class NodeMaintainParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to maintain (one maintenance run each).")
-    reason: str = Field(default="maintenance", description="Why; the drain reason (with slurmtower's owner tag).")
+    reason: str = Field(default="maintenance", description="Why; the drain reason (with slurmtower's owner tag).",
+                        json_schema_extra={"pattern": REASON_PATTERN})
     reservation_name: str | None = Field(default=None, description="The MAINT reservation to put each node in "
-                                         "(default maint_<node>); created, and deleted at the end.")
+                                         "(default maint_<node>); created, and deleted at the end.",
+                                         json_schema_extra={"anyOf": [{"type": "string", "pattern": RESV_NAME},
+                                                                      {"type": "null"}]})
     idle_timeout: int = Field(default=3600, ge=0, le=7 * 86400, description="Seconds to wait for the node's "
                               "jobs to end; after that the node stays drained (outcome timed_out).")
     check: str | None = Field(default=None, max_length=1000, description="A check program and its arguments "
                               "({node} is replaced by the node name, else the name is the last argument); "
-                              "exit 0 passes. From the API and rules it must be in auth.trigger_program_allowlist.")
+                              "exit 0 passes. From the API and rules it must be in auth.trigger_program_allowlist.",
+                              # A part of what the validator takes (plain path names); beyond it,
+                              # the allowlist refuses anyway (403) unless it names the program.
+                              json_schema_extra={"anyOf": [
+                                  {"type": "string", "pattern": _CHECK},
+                                  {"type": "null"}]})
     check_as_job: bool = Field(default=False, description="Run the check as a Slurm job (sbatch) on the node, "
                                "inside the reservation, instead of on slurmtower's host.")
     check_timeout: int = Field(default=600, ge=1, le=7 * 86400, description="Seconds the check may take.")

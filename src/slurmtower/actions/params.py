@@ -14,17 +14,20 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from slurmtower.actions.ownership import contains_tag
 from slurmtower.errors import PermissionDenied
-from slurmtower.nodeset import parse_nodeset
+from slurmtower.models import Job
+from slurmtower.nodeset import SYNTAX, parse_nodeset
 from slurmtower.settings import Settings
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS
 
 __all__ = [
     "DEFAULT_RESERVATION",
+    "REASON_PATTERN",
     "RESERVATION_FLAGS",
+    "RESV_NAME",
     "TRIGGER_NODE_EVENTS",
     "UPDATABLE_NODE_FIELDS",
     "ConfigGetParams",
@@ -62,6 +65,21 @@ DEFAULT_RESERVATION = "slurmtower_maint"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
+def _any_case(words: Iterable[str]) -> str:
+    """An alternation of ``words`` in any case (ASCII letters)."""
+    return "|".join("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in w)
+                    for w in sorted(words, key=lambda w: (-len(w), w)))
+
+
+#: A reason as :func:`_reason` takes it: one line of 1-200 characters (spaces around it aside)
+#: that carries no owner tag (``[slurmtower:...]``, ``[user:...]``, ``[unknown]``).
+REASON_PATTERN = (r"^(?![\s\S]*\[" + _any_case(["slurmtower"]) + r":)"
+                  r"(?![\s\S]*\[(?:user:[A-Za-z0-9_.\-]+|unknown)\])"
+                  r" *[^ \n\r\t\x00](?:[^\n\r\t\x00]{0,198}[^ \n\r\t\x00])? *$")
+_NAMES = r"^[ ,]*[A-Za-z0-9_][A-Za-z0-9_.\-]*(?: *,[ ,]*[A-Za-z0-9_][A-Za-z0-9_.\-]*)*[ ,]*$"
+_FLAG = rf"(?:{_any_case(RESERVATION_FLAGS)})"
+
+
 def _split_csv(value: Any) -> Any:
     """``"1,2,3"`` -> ``["1", "2", "3"]``; a scalar -> a one-item list; lists unchanged."""
     if isinstance(value, str):
@@ -80,9 +98,36 @@ def _nodes(value: Any) -> Any:
     return value
 
 
-IntList = Annotated[list[int], BeforeValidator(_split_csv)]
-StrList = Annotated[list[str], BeforeValidator(_split_csv)]
-NodeSetText = Annotated[str, BeforeValidator(_nodes)]
+# What the HTTP API's document says of these (GET /actions/{name}, POST /actions/<name>): the
+# forms the validators take, a list, one value, or a comma-separated string.
+_NODESET_TEXT = {"type": "string", "pattern": SYNTAX.pattern, "format": "nodeset"}
+_ID = "0*[1-9][0-9]{0,17}"
+IntList = Annotated[list[int], BeforeValidator(_split_csv), WithJsonSchema({"anyOf": [
+    {"type": "array", "minItems": 1,
+     "items": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": f"^{_ID}$"}]}},
+    {"type": "integer", "minimum": 1},
+    {"type": "string", "pattern": rf"^ *{_ID} *(?:, *{_ID} *)*$"}]})]
+"""Ids (job, trigger): 1 or more, each from 1 (a list, one, or a comma-separated string)."""
+StrList = Annotated[list[str], BeforeValidator(_split_csv), WithJsonSchema({"anyOf": [
+    {"type": "array", "items": {"type": "string"}},
+    {"type": "string", "description": "comma-separated"}]})]
+NodeSetText = Annotated[str, BeforeValidator(_nodes), WithJsonSchema({"anyOf": [
+    _NODESET_TEXT, {"type": "array", "minItems": 1, "items": _NODESET_TEXT}]})]
+
+
+def _nul_at(value: Any, path: str = "") -> str | None:
+    """The path of the first text (or key) under ``value`` holding a NUL character."""
+    if isinstance(value, str):
+        return (path or "parameters") if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        here = f"{path}.{key}" if path else str(key)
+        if isinstance(key, str) and "\x00" in key:
+            return here.replace("\x00", "")
+        found = _nul_at(item, here)
+        if found is not None:
+            return found
+    return None
 
 
 class _Params(BaseModel):
@@ -90,13 +135,23 @@ class _Params(BaseModel):
     # catalogue loads (a CLI call builds one action's, not every action's).
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # No parameter holds a NUL: Slurm's commands take none in an argument (Python refuses
+        # to run one: a 500), PostgreSQL none in text. The schemas say so (schemas.no_nul).
+        where = _nul_at(value)
+        if where is not None:
+            raise ValueError(f"{where}: a NUL character is not allowed")
+        return value
+
 
 class _Mutating(_Params):
     dry_run: bool = Field(default=False, description="Return what would be done and change nothing.")
 
 
 def _reason(value: str) -> str:
-    text = value.strip()
+    text = value.strip(" ")
     if not text:
         raise ValueError("reason must not be empty")
     if any(c in text for c in "\n\r\t"):
@@ -113,9 +168,20 @@ class ConfigGetParams(_Params):
                              "(topology_plugin); all items when omitted.")
 
 
+#: ``slurm.job.find``'s criterias: job fields (and their short names), each a value (which ones a
+#: field takes is the field's).
+_FIND_CRITERIAS: dict[str, Any] = {
+    "minProperties": 1,
+    "propertyNames": {"enum": sorted({*Job.model_fields, "user", "job_state", "job_name", "jobid"})},
+    "additionalProperties": {"anyOf": [{"type": "string", "pattern": r"^[^\x00]*$"}, {"type": "number"},
+                                       {"type": "boolean"}, {"type": "null"}]},
+}
+
+
 class JobFindParams(_Params):
     criterias: dict[str, Any] = Field(description="Job fields and the values they must equal, e.g. "
-                                      '{"batch_host": "n1"} or {"user_name": "alice", "job_state": "RUNNING"}.')
+                                      '{"batch_host": "n1"} or {"user_name": "alice", "job_state": "RUNNING"}.',
+                                      json_schema_extra=_FIND_CRITERIAS)
     include_finished: bool = Field(default=False, description="Also search jobs that left slurmctld, "
                                    "in the accounting database.")
 
@@ -152,7 +218,8 @@ class NodeDrainParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to drain.")
     reason: str = Field(default="slurmtower: Drained using slurm.node.drain action",
                         description="Why; Slurm shows it with slurmtower's owner tag appended (beside the "
-                                    "other holders' reasons of a node already held).")
+                                    "other holders' reasons of a node already held).",
+                        json_schema_extra={"pattern": REASON_PATTERN})
     force: bool = Field(default=False, description=_TAKE_OVER)
     override_breaker: bool = Field(default=False, description=_OVERRIDE)
     _check_reason = field_validator("reason")(_reason)
@@ -162,7 +229,8 @@ class NodeDownParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to set down.")
     reason: str = Field(default="slurmtower: Downed using slurm.node.down action",
                         description="Why; Slurm shows it with slurmtower's owner tag appended (beside the "
-                                    "other holders' reasons of a node already held).")
+                                    "other holders' reasons of a node already held).",
+                        json_schema_extra={"pattern": REASON_PATTERN})
     force: bool = Field(default=False, description=_TAKE_OVER)
     override_breaker: bool = Field(default=False, description=_OVERRIDE)
     _check_reason = field_validator("reason")(_reason)
@@ -175,9 +243,20 @@ class NodeResumeParams(_Mutating):
                                                    "outside ones too) and resume them.")
 
 
+_LINE = {"type": "string", "pattern": r"^[^\n\r\x00]*$"}
+#: ``slurm.node.update``'s infos: the fields Slurm updates, each one line, a number or a list.
+_NODE_INFOS: dict[str, Any] = {
+    "type": "object", "minProperties": 1,
+    "propertyNames": {"enum": list(UPDATABLE_NODE_FIELDS)},
+    "additionalProperties": {"anyOf": [_LINE, {"type": "integer"}, {"type": "array", "items": _LINE}]},
+    "properties": {"weight": {"anyOf": [{"type": "string", "pattern": "^[0-9]+$"}, {"type": "integer", "minimum": 0}]}},
+}
+
+
 class NodeUpdateParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to update.")
-    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(UPDATABLE_NODE_FIELDS) + ".")
+    infos: dict[str, Any] = Field(description="Fields to set: " + ", ".join(UPDATABLE_NODE_FIELDS) + ".",
+                                  json_schema_extra=_NODE_INFOS)
 
     @field_validator("infos")
     @classmethod
@@ -192,6 +271,8 @@ class NodeUpdateParams(_Mutating):
             if key not in UPDATABLE_NODE_FIELDS:
                 raise ValueError(f"Slurm cannot update node field {key!r} "
                                  f"(updatable: {', '.join(UPDATABLE_NODE_FIELDS)})")
+            if isinstance(item, float) and item.is_integer():  # JSON's 5.0 is the integer 5
+                item = int(item)
             if isinstance(item, list) and all(isinstance(v, str) for v in item):
                 item = ",".join(item)
             if isinstance(item, bool) or not isinstance(item, str | int):
@@ -199,24 +280,45 @@ class NodeUpdateParams(_Mutating):
             text = str(item)
             if any(c in text for c in "\n\r"):
                 raise ValueError(f"{key}: must be one line")
-            if key == "weight" and not text.isdigit():
+            if key == "weight" and not (text.isascii() and text.isdigit()):
                 raise ValueError("weight: a non-negative integer is expected")
             out[key] = text
         return out
 
 
+def _iso_time(value: Any) -> Any:
+    """An ISO 8601 text as its time (naive: this host's zone); nothing else but a time."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"an ISO 8601 time is expected, not {value[:40]!r}") from None
+    if value is not None and not isinstance(value, datetime):
+        raise ValueError("an ISO 8601 time is expected")
+    return value
+
+
 class ReservationProps(_Params):
-    start_time: datetime | None = Field(default=None, description="When it starts (ISO 8601); now if omitted.")
+    start_time: Annotated[datetime | None, BeforeValidator(_iso_time)] = Field(
+        default=None, description="When it starts (ISO 8601; naive: this host's zone); now if omitted.",
+        json_schema_extra={"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]})
     duration: int | None = Field(default=None, gt=0, description="Minutes; infinite if omitted.")
-    users: StrList = Field(default=["root"], min_length=1, description="Users allowed in.")
+    users: StrList = Field(default=["root"], min_length=1, description="Users allowed in.",
+                           json_schema_extra={"anyOf": [
+                               {"type": "array", "minItems": 1,
+                                "items": {"type": "string", "pattern": _NAME_RE.pattern}},
+                               {"type": "string", "pattern": _NAMES}]})
     flags: StrList = Field(default=["MAINT", "IGNORE_JOBS", "OVERLAP"],
-                           description="Reservation flags: " + ", ".join(RESERVATION_FLAGS) + ".")
+                           description="Reservation flags: " + ", ".join(RESERVATION_FLAGS) + " (any case).",
+                           json_schema_extra={"anyOf": [
+                               {"type": "array", "items": {"type": "string", "pattern": rf"^ *{_FLAG} *$"}},
+                               {"type": "string", "pattern": rf"^[ ,]*(?:{_FLAG}(?: *,[ ,]*{_FLAG})*[ ,]*)?$"}]})
 
     @field_validator("users")
     @classmethod
     def _users(cls, value: list[str]) -> list[str]:
         for user in value:
-            if not _NAME_RE.match(user):
+            if not _NAME_RE.fullmatch(user):
                 raise ValueError(f"not a user name: {user!r}")
         return value
 
@@ -225,7 +327,7 @@ class ReservationProps(_Params):
     def _flags(cls, value: list[str]) -> list[str]:
         out = []
         for flag in value:
-            name = flag.strip().upper()
+            name = flag.strip(" ").upper()
             if name not in RESERVATION_FLAGS:
                 raise ValueError(f"unknown reservation flag {flag!r} (known: {', '.join(RESERVATION_FLAGS)})")
             out.append(name)
@@ -235,12 +337,19 @@ class ReservationProps(_Params):
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            return value.astimezone()
+            try:
+                return value.astimezone()
+            except (OverflowError, OSError):
+                raise ValueError("start_time is out of range") from None
         return value
 
 
+#: A reservation's name (:func:`_resv_name`), as a pattern.
+RESV_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
+
+
 def _resv_name(value: str) -> str:
-    if not _NAME_RE.match(value) or len(value) > 64:
+    if not _NAME_RE.fullmatch(value) or len(value) > 64:
         raise ValueError(f"not a reservation name: {value!r} (letters, digits, _ . -)")
     return value
 
@@ -248,7 +357,7 @@ def _resv_name(value: str) -> str:
 class NodeReserveParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to add to the reservation.")
     reservation_name: str = Field(default=DEFAULT_RESERVATION, description="Reservation to use; created "
-                                  "when it does not exist.")
+                                  "when it does not exist.", json_schema_extra={"pattern": RESV_NAME})
     props: ReservationProps = Field(default=ReservationProps(), description="Properties of a new "
                                     "reservation: start_time, duration, users, flags.")
     _check_name = field_validator("reservation_name")(_resv_name)
@@ -257,7 +366,7 @@ class NodeReserveParams(_Mutating):
 class NodeUnreserveParams(_Mutating):
     nodes: NodeSetText = Field(description="Nodes to remove from the reservation.")
     reservation_name: str = Field(default=DEFAULT_RESERVATION, description="Reservation to use; deleted "
-                                  "when it becomes empty.")
+                                  "when it becomes empty.", json_schema_extra={"pattern": RESV_NAME})
     _check_name = field_validator("reservation_name")(_resv_name)
 
 
@@ -296,13 +405,21 @@ def canonical_program(value: str) -> str:
 
 
 class TriggerSetParams(_Mutating):
-    program: str = Field(description="Absolute path of the program (with arguments) Slurm runs.")
+    # The document's pattern is a part of what the validator takes (ASCII, plain path names): a
+    # program beyond it is refused anyway unless auth.trigger_program_allowlist names it (403).
+    program: str = Field(description="Absolute path of the program (with arguments) Slurm runs; it must be in "
+                         "auth.trigger_program_allowlist.",
+                         json_schema_extra={"pattern": r"^ *(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)+(?: [\x20-\x7e]*)?$"})
     jobid: int | None = Field(default=None, gt=0, description="Job to hook (with fini).")
     offset: int = Field(default=0, ge=-32000, le=32000, description="Seconds between the event and the "
                         "program run.")
     fini: bool = Field(default=False, description="With jobid: on job completion (else at its time limit).")
     nodes: NodeSetText | None = Field(default=None, description="Nodes to watch (all when omitted).")
-    event: str | None = Field(default=None, description="Node event: " + ", ".join(TRIGGER_NODE_EVENTS) + ".")
+    event: str | None = Field(default=None,
+                              description="Node event: " + ", ".join(TRIGGER_NODE_EVENTS) + " (any case).",
+                              json_schema_extra={"anyOf": [
+                                  {"type": "string", "pattern": rf"^ *(?:{_any_case(TRIGGER_NODE_EVENTS)}) *$"},
+                                  {"type": "null"}]})
 
     @field_validator("program")
     @classmethod
@@ -314,7 +431,7 @@ class TriggerSetParams(_Mutating):
     def _event(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        name = value.strip().lower()
+        name = value.strip(" ").lower()
         if name not in TRIGGER_NODE_EVENTS:
             raise ValueError(f"unknown event {value!r} (one of {', '.join(TRIGGER_NODE_EVENTS)})")
         return name
@@ -322,12 +439,20 @@ class TriggerSetParams(_Mutating):
 
 class TriggerUnsetParams(_Mutating):
     trigger_ids: IntList = Field(min_length=1, description="Trigger ids to clear.")
-    user: str = Field(default="slurm", description="User the triggers belong to.")
+
+    @field_validator("trigger_ids")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(v <= 0 for v in value):
+            raise ValueError("trigger ids are positive integers")
+        return value
+    user: str = Field(default="slurm", description="User the triggers belong to.",
+                      json_schema_extra={"pattern": _NAME_RE.pattern})
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(f"not a user name: {value!r}")
         return value
 

@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
+from pydantic.json_schema import DEFAULT_REF_TEMPLATE
 
 from slurmtower.actions.ownership import Via
+from slurmtower.actions.schemas import no_nul
 from slurmtower.errors import PermissionDenied
 from slurmtower.models import Node
 from slurmtower.models.event import Event
@@ -127,9 +129,10 @@ class ActionSpec:
     own_jobs: bool = False
     """The ``user`` role may run it on its own jobs (the action checks whose they are)."""
 
-    def schema(self) -> dict[str, Any]:
-        """The JSON Schema of the parameters."""
-        return self.params.model_json_schema()
+    def schema(self, ref_template: str = DEFAULT_REF_TEMPLATE) -> dict[str, Any]:
+        """The JSON Schema of the parameters (no text holds a NUL: :func:`~slurmtower.actions.schemas.no_nul`);
+        ``ref_template``: where its ``$defs`` are referred to."""
+        return no_nul(self.params.model_json_schema(ref_template=ref_template))
 
     def describe(self) -> dict[str, Any]:
         return {

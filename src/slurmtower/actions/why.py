@@ -39,11 +39,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from slurmtower.actions.ownership import reason_holders
 from slurmtower.actions.params import _Params
 from slurmtower.actions.registry import Run, action
+from slurmtower.actions.schemas import CRITERIAS_SCHEMA, JOBIDS_SCHEMA, ONE_WAY, whole
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, SlurmtowerError
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Partition, Reservation
 from slurmtower.models.job import array_task_ranges
@@ -105,19 +106,27 @@ _CRITERIA = ("user", "account", "partition", "state", "name", "nodes")
 
 
 class JobWhyParams(_Params):
+    model_config = ConfigDict(json_schema_extra=ONE_WAY)
+
     jobids: list[str] | None = Field(default=None, description=(
         "Job ids: 123, an array task 123_4, tasks 123_[1-5], a whole array or het job by its id (a list, or one "
-        "comma-separated string). Give jobids or criterias."))
+        "comma-separated string). Give jobids or criterias."), json_schema_extra=JOBIDS_SCHEMA)
     criterias: dict[str, str | list[str]] | None = Field(default=None, description=(
         "The jobs /queue's filters select, as squeue: " + ", ".join(_CRITERIA) + " (a value or a list); pending "
-        f"jobs unless state is given; at most {MAX_WHY_JOBS} jobs. Give jobids or criterias."))
+        f"jobs unless state is given; at most {MAX_WHY_JOBS} jobs. Give jobids or criterias."),
+        json_schema_extra=CRITERIAS_SCHEMA)
 
     @field_validator("jobids", mode="before")
     @classmethod
     def _ids(cls, value: Any) -> Any:
         if value is None:
             return None
-        return [r.text for r in parse_job_ids(value if isinstance(value, str | int) else list(value))]
+        value = whole(value)  # JSON's 5.0 is the integer 5 (list(5.0) was a 500)
+        if isinstance(value, list | tuple):
+            value = [whole(v) for v in value]
+        elif not isinstance(value, str | int):
+            raise ValueError("job ids are a list, a number or a comma-separated string")
+        return [r.text for r in parse_job_ids(value)]
 
     @field_validator("criterias")
     @classmethod

@@ -12,14 +12,17 @@ in drain tags and the ``who`` of the audit log.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path, Query
+from fastapi import APIRouter, Body, FastAPI, Header, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from slurmtower.actions import AuditRecord, Catalogue, Envelope, st2
+from slurmtower.actions.catalogue import MAX_KEY_LENGTH
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
 from slurmtower.api.routes.planning import shown_request
@@ -51,6 +54,71 @@ def _catalogue(services: Services) -> Catalogue:
     return services.action_catalogue()
 
 
+def setup(_services: Services, app: FastAPI) -> None:
+    """Document every action as its own operation (:func:`document_actions`)."""
+    document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        return document_actions(document())
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def document_actions(schema: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI document with every action as operations of its own path
+    (``/actions/slurm.node.drain`` ..., under ``/clusters/{cluster}`` too) in place of
+    ``/actions/{name}``: ``GET`` describes it, ``POST`` runs it with its parameters (their JSON
+    Schema, as ``GET`` gives it) as the body; only an action that changes something takes
+    ``dry_run``, ``Idempotency-Key`` and ``request_reason``. (One route serves them all; a
+    name that is no action is a 404, as any path that is not in the document.) An execution
+    that failed in Slurm or a database is answered with its envelope (``application/json``)
+    and the failure's status (400 Slurm refused, 502, 503, 504), other refusals with a
+    problem. Idempotent."""
+    paths: dict[str, Any] = schema.get("paths", {})
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for prefix in ("", "/clusters/{cluster}"):
+        generic = paths.get(f"{prefix}/actions/{{name}}", {})
+        run, show = generic.get("post"), generic.get("get")
+        if run is None or show is None:
+            continue
+        del paths[f"{prefix}/actions/{{name}}"]
+        envelope = run["responses"]["200"]["content"]["application/json"]
+        for status in _FAILED_EXECUTION:
+            run["responses"].setdefault(str(status), copy.deepcopy(problems(status)[status]))
+            run["responses"][str(status)]["content"]["application/json"] = envelope
+            run["responses"][str(status)]["description"] += " Or the failed execution's envelope."
+        for name in Catalogue.names():
+            spec = Catalogue.spec(name)
+            body = spec.schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            # No body (or null) is {}: a body is needed where {} is not enough.
+            needed = bool(body.get("required")) or "oneOf" in body
+            post = copy.deepcopy(run)
+            post["operationId"] = f"{run.get('operationId', 'run_action')}_{name.replace('.', '_')}"
+            post["summary"] = spec.description
+            post["parameters"] = [p for p in post.get("parameters", []) if p["name"] != "name" and (
+                spec.mutating or p["name"] not in _MUTATING_ONLY)]
+            post["requestBody"] = {"required": needed, "content": {"application/json": {
+                "schema": body if needed else {"anyOf": [body, {"type": "null"}]}}}}
+            get = copy.deepcopy(show)
+            get["operationId"] = f"{show.get('operationId', 'show_action')}_{name.replace('.', '_')}"
+            get["parameters"] = [p for p in get.get("parameters", []) if p["name"] != "name"]
+            paths[f"{prefix}/actions/{name}"] = {"get": get, "post": post}
+    return schema
+
+
+#: The statuses of an execution that failed in Slurm or a database (SlurmError, StoreError,
+#: AccountingUnavailable): answered with the envelope, which names the error.
+_FAILED_EXECUTION = (400, 502, 503, 504)
+
+
+#: An idempotency key as the catalogue takes it (1-255 printable ASCII characters) once it has
+#: come as a header (spaces around a header's value are the header's, not the key's).
+IDEMPOTENCY_KEY_RE = re.compile(rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{MAX_KEY_LENGTH - 2}}}[\x21-\x7e])?$")
+#: What only an action that changes something takes (a read-only one refuses ``dry_run``).
+_MUTATING_ONLY = frozenset({"dry_run", "idempotency-key", "request_reason"})
+
+
 @router.get("/actions", dependencies=[require(Perm.READ)], responses=problems(*READ_PROBLEMS))
 async def list_actions() -> list[dict[str, Any]]:
     """Every action with its permission and the JSON Schema of its parameters."""
@@ -76,8 +144,9 @@ async def run_action(
     dry_run: Annotated[bool | None, Query(description="Same as the dry_run parameter.")] = None,
     idempotency_key: Annotated[str | None, Header(
         description="A retry with the same key and parameters returns the first execution's envelope "
-                    "without acting again (other parameters: 409). Keys are per principal; read-only "
-                    "actions ignore it.")] = None,
+                    "without acting again (other parameters: 409). Keys are per principal: 1-255 printable "
+                    "ASCII characters; read-only actions ignore it.",
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_RE.pattern})] = None,
     request_reason: Annotated[str | None, Query(max_length=10_000, description=(
         "Why, when the act becomes a request (the caller may only ask for it, or it needs a second "
         "person): the request keeps it for whoever decides."))] = None,

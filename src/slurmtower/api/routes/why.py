@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel
 
+from slurmtower.actions.schemas import uint_pattern
 from slurmtower.actions.why import SnapshotSources, why_from_snapshot
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import READ_PROBLEMS, problems
@@ -40,7 +41,8 @@ __all__ = ["FairshareResponse", "fairshare_view", "job_why_view", "router", "sho
 
 router = APIRouter(tags=["scheduling"])
 Reader = Annotated[Principal, require(Perm.READ)]
-JobId = Annotated[str, Path(description="A job id (a whole number: an array task's own id, or the array's).")]
+JobId = Annotated[str, Path(description="A job id (a whole number: an array task's own id, or the array's).",
+                            json_schema_extra={"pattern": f"^{uint_pattern(2**32 - 1)}$"})]
 
 
 class FairshareResponse(BaseModel):
