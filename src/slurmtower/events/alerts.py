@@ -45,10 +45,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+)
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
@@ -65,6 +73,9 @@ __all__ = [
     "HEADER_WEBHOOK_SIGNATURE",
     "SOURCE_ALERTMANAGER",
     "SOURCE_WEBHOOK",
+    "Alert",
+    "AlertBatch",
+    "AlertmanagerNotification",
     "ParsedAlert",
     "alert_events",
     "node_from_labels",
@@ -89,46 +100,65 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 _SIGNATURE = re.compile(r"^sha256=([0-9a-f]{64})$")
 _DEDUPE_PREFIX = "alert:"
 _REPLAY_PREFIX = "hook:"
+_M = TypeVar("_M", bound=BaseModel)
 
 
-class _Alert(BaseModel):
+#: No text kept from an alert holds a NUL: PostgreSQL refuses it in JSON text (members the
+#: models ignore are never kept, and may hold anything).
+_NO_NUL = r"^[^\x00]*$"
+_Text = Annotated[str, StringConstraints(pattern=_NO_NUL)]
+_TextMap = Annotated[dict[_Text, _Text], WithJsonSchema({
+    "type": "object", "propertyNames": {"pattern": _NO_NUL},
+    "additionalProperties": {"type": "string", "pattern": _NO_NUL}})]
+# Strict, read from JSON: a time is an RFC 3339 string, a number a JSON integer (never "5").
+_STRICT = ConfigDict(extra="ignore", strict=True)
+
+
+def _whole(value: Any) -> Any:
+    """JSON's ``5.0`` is the integer 5 (JSON Schema's ``integer``)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class Alert(BaseModel):
     """One alert as Alertmanager sends it (other members, such as Grafana's, are ignored)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _STRICT
 
     status: Literal["firing", "resolved"]
-    labels: dict[str, str]
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: _TextMap
+    annotations: _TextMap = Field(default_factory=dict)
     startsAt: datetime | None = None  # noqa: N815 - Alertmanager's names
     endsAt: datetime | None = None  # noqa: N815
-    generatorURL: str | None = Field(default=None, max_length=4000)  # noqa: N815
-    fingerprint: str | None = Field(default=None, min_length=1, max_length=64)
+    generatorURL: _Text | None = Field(default=None, max_length=4000)  # noqa: N815
+    fingerprint: _Text | None = Field(default=None, min_length=1, max_length=64)
 
 
-class _Notification(BaseModel):
-    """Alertmanager's webhook body (``webhook_config``, version 4)."""
+class AlertmanagerNotification(BaseModel):
+    """Alertmanager's webhook body (``webhook_config``, version 4; Grafana's version 1)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = _STRICT
 
-    version: str
-    groupKey: str | None = None  # noqa: N815
-    truncatedAlerts: int = Field(default=0, ge=0)  # noqa: N815
+    version: Annotated[str, Field(json_schema_extra={"enum": list(VERSIONS)})]
+    groupKey: _Text | None = None  # noqa: N815
+    truncatedAlerts: Annotated[int, BeforeValidator(_whole)] = Field(default=0, ge=0)  # noqa: N815
     status: Literal["firing", "resolved"]
-    receiver: str | None = None
-    alerts: list[_Alert]
-    groupLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    commonLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    commonAnnotations: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    externalURL: str | None = None  # noqa: N815
+    receiver: _Text | None = None
+    alerts: list[Alert]
+    groupLabels: _TextMap = Field(default_factory=dict)  # noqa: N815
+    commonLabels: _TextMap = Field(default_factory=dict)  # noqa: N815
+    commonAnnotations: _TextMap = Field(default_factory=dict)  # noqa: N815
+    externalURL: _Text | None = None  # noqa: N815
 
 
-class _GenericBatch(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class AlertBatch(BaseModel):
+    """The generic webhook's ``{"alerts": [...]}``."""
 
-    alerts: list[_Alert]
-    receiver: str | None = None
-    groupKey: str | None = None  # noqa: N815
-    externalURL: str | None = None  # noqa: N815
+    model_config = _STRICT
+
+    alerts: list[Alert]
+    receiver: _Text | None = None
+    groupKey: _Text | None = None  # noqa: N815
+    externalURL: _Text | None = None  # noqa: N815
 
 
 @dataclass(frozen=True)
@@ -142,40 +172,24 @@ class ParsedAlert:
 # -- parsing ------------------------------------------------------------------------------
 
 
-def _nul_at(value: Any, path: str) -> str | None:
-    """The path of the first string (or key) under ``value`` holding a NUL character."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            here = f"{path}.{key}" if path else str(key)
-            if "\x00" in key:
-                return here.replace("\x00", "")
-            found = _nul_at(item, here)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _nul_at(item, f"{path}.{index}" if path else str(index))
-            if found is not None:
-                return found
-    return None
-
-
 def parse_json_body(body: bytes) -> Any:
-    """The body as JSON; :class:`InvalidInput` (``param="body"``) when it is not, or naming the
-    member that holds a NUL character (no label or name has one, and PostgreSQL refuses it in
-    JSON text)."""
+    """The body as JSON; :class:`InvalidInput` (``param="body"``) when it is not. (A NUL in
+    what is kept is refused by the models, naming the member.)"""
     try:
-        data = json.loads(body)
+        return json.loads(body)
     except UnicodeDecodeError as exc:
         raise InvalidInput("the body is not UTF-8 JSON", param="body") from exc
     except ValueError as exc:
         raise InvalidInput(f"the body is not JSON: {exc}", param="body") from exc
-    where = _nul_at(data, "")
-    if where is not None:
-        raise InvalidInput(f"{where or 'body'}: a NUL character is not allowed", param=where or "body")
-    return data
+
+
+def _validate(model: type[_M], data: Any) -> _M:
+    """``data`` (decoded JSON) as ``model``, read as JSON is (strict: no "5" for 5, a time
+    only as text). Raises :class:`InvalidInput` naming the bad member."""
+    try:
+        return model.model_validate_json(json.dumps(data))
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
 
 
 def _invalid(exc: ValidationError, prefix: str = "") -> InvalidInput:
@@ -232,7 +246,10 @@ def _utc(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    try:
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    except OverflowError:  # an offset carried it past year 9999
+        return datetime.max.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _fingerprint(labels: Mapping[str, str]) -> str:
@@ -241,7 +258,7 @@ def _fingerprint(labels: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def alert_events(alerts: Sequence[_Alert], *, source: str, hooks: HookSettings, now: datetime,
+def alert_events(alerts: Sequence[Alert], *, source: str, hooks: HookSettings, now: datetime,
                  receiver: str | None = None, group_key: str | None = None,
                  external_url: str | None = None) -> list[ParsedAlert]:
     """One event per alert (see the module's docstring for its shape)."""
@@ -282,10 +299,7 @@ def parse_alertmanager(data: Any, *, hooks: HookSettings, now: datetime | None =
     """
     if not isinstance(data, dict):
         raise InvalidInput("the body must be a JSON object (Alertmanager's webhook format)", param="body")
-    try:
-        note = _Notification.model_validate(data)
-    except ValidationError as exc:
-        raise _invalid(exc) from exc
+    note = _validate(AlertmanagerNotification, data)
     if note.version not in VERSIONS:
         raise InvalidInput(f"version: webhook format {note.version!r} is not one of {', '.join(VERSIONS)}",
                            param="version")
@@ -300,14 +314,11 @@ def parse_generic(data: Any, *, hooks: HookSettings, now: datetime | None = None
     """
     if not isinstance(data, dict):
         raise InvalidInput("the body must be a JSON object: an alert, or {\"alerts\": [...]}", param="body")
-    try:
-        if "alerts" in data:
-            batch = _GenericBatch.model_validate(data)
-            alerts, receiver, group_key, url = batch.alerts, batch.receiver, batch.groupKey, batch.externalURL
-        else:
-            alerts, receiver, group_key, url = [_Alert.model_validate(data)], None, None, None
-    except ValidationError as exc:
-        raise _invalid(exc) from exc
+    if "alerts" in data:
+        batch = _validate(AlertBatch, data)
+        alerts, receiver, group_key, url = batch.alerts, batch.receiver, batch.groupKey, batch.externalURL
+    else:
+        alerts, receiver, group_key, url = [_validate(Alert, data)], None, None, None
     return alert_events(alerts, source=SOURCE_WEBHOOK, hooks=hooks, now=now or datetime.now(UTC),
                         receiver=receiver, group_key=group_key, external_url=url)
 

@@ -27,11 +27,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request
 
 from slurmtower.api.deps import ClusterDep
-from slurmtower.api.params import problems
+from slurmtower.api.params import inline_schema, problems
 from slurmtower.api.reads import read_capped
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import AuthenticationError, InvalidInput, NotFound, PayloadTooLarge
 from slurmtower.events.alerts import (
+    Alert,
+    AlertBatch,
+    AlertmanagerNotification,
     ParsedAlert,
     parse_alertmanager,
     parse_generic,
@@ -53,45 +56,20 @@ router = APIRouter(tags=["hooks"])
 #: The token role that may post alerts and nothing else.
 ALERTER_ROLE = ALERTER
 
-_ALERT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["status", "labels"],
-    "properties": {
-        "status": {"enum": ["firing", "resolved"]},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-        "startsAt": {"type": "string", "format": "date-time"},
-        "endsAt": {"type": "string", "format": "date-time"},
-        "generatorURL": {"type": "string"},
-        "fingerprint": {"type": "string"},
-    },
-}
+# The bodies as the parsers read them (their models' schemas: strict JSON, members they do
+# not know ignored, no NUL in what is kept).
+_ALERT_SCHEMA = inline_schema(Alert.model_json_schema())
 _ALERTMANAGER_BODY: dict[str, Any] = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "type": "object",
-        "description": "Alertmanager's webhook_config body (version 4).",
-        "required": ["version", "status", "alerts"],
-        "properties": {
-            "version": {"type": "string", "enum": ["4", "1"]},
-            "groupKey": {"type": "string"},
-            "truncatedAlerts": {"type": "integer"},
-            "status": {"enum": ["firing", "resolved"]},
-            "receiver": {"type": "string"},
-            "groupLabels": {"type": "object"},
-            "commonLabels": {"type": "object"},
-            "commonAnnotations": {"type": "object"},
-            "externalURL": {"type": "string"},
-            "alerts": {"type": "array", "items": _ALERT_SCHEMA},
-        },
-    }}}},
+        **inline_schema(AlertmanagerNotification.model_json_schema()),
+        "description": "Alertmanager's webhook_config body (version 4; Grafana's 1)."}}}},
 }
 _GENERIC_BODY: dict[str, Any] = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": {
         "description": "One alert, or {\"alerts\": [...]} (Alertmanager's alert objects), signed: "
                        "X-Slurmtower-Timestamp and X-Slurmtower-Signature: sha256=<hex HMAC-SHA256(secret, "
                        "\"<timestamp>.\" + body)>.",
-        "oneOf": [_ALERT_SCHEMA, {"type": "object", "required": ["alerts"],
-                                  "properties": {"alerts": {"type": "array", "items": _ALERT_SCHEMA}}}],
+        "anyOf": [_ALERT_SCHEMA, inline_schema(AlertBatch.model_json_schema())],
     }}}},
 }
 
