@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,6 +35,7 @@ from .sensor_helpers import SensorProcess
 pytestmark = [pytest.mark.cluster, pytest.mark.release]
 
 TOKEN = "reader-token-for-events-tests"
+SLURMTOWER = str(Path(sys.executable).with_name("slurmtower"))
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +240,8 @@ def test_events_filters(sensor: SensorProcess, http: httpx.Client, api: httpx.Cl
     assert len(after) == len([e for e in everything if e["id"] > middle])
     nodes = api.get("/events", params={"node": "n1", "type": NODE_STATE}, headers=AUTH).json()
     assert nodes and all(e["node"] == "n1" and e["type"] == NODE_STATE for e in nodes)
-    both = api.get("/events", params=[("type", SECURITY), ("type", SENSOR_TRIGGERED)], headers=AUTH).json()
+    both = api.get("/events", params=[("type", SECURITY), ("type", SENSOR_TRIGGERED), ("limit", 1000)],
+                   headers=AUTH).json()
     assert {e["type"] for e in both} == {SECURITY, SENSOR_TRIGGERED}
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     assert api.get("/events", params={"start": future}, headers=AUTH).json() == []
@@ -253,6 +258,24 @@ def test_events_filters(sensor: SensorProcess, http: httpx.Client, api: httpx.Cl
     assert unix == in_range
     assert api.get("/events", params={"start": "yesterday"}, headers=AUTH).json()["param"] == "start"
     assert api.get("/events", params={"limit": 0}, headers=AUTH).status_code == 400
+
+
+def test_events_without_a_lower_bound_are_the_newest_and_page_back_and_forth(sensor: SensorProcess,
+                                                                             api: httpx.Client) -> None:
+    """``/events?limit=N`` is the newest N (as ``slurmtower events --limit N``), oldest first;
+    ``before`` = a page's first id gives the page before it, ``since`` = its last id the page
+    after it."""
+    everything = [e["id"] for e in api.get("/events", params={"limit": 1000}, headers=AUTH).json()]
+    assert len(everything) >= 6 and everything == sorted(everything)
+    newest = [e["id"] for e in api.get("/events", params={"limit": 3}, headers=AUTH).json()]
+    assert newest == everything[-3:]  # was the oldest three
+    back = [e["id"] for e in api.get("/events", params={"limit": 3, "before": newest[0]}, headers=AUTH).json()]
+    assert back == everything[-6:-3]
+    forth = [e["id"] for e in api.get("/events", params={"limit": 3, "since": back[-1]}, headers=AUTH).json()]
+    assert forth == newest
+    cli = subprocess.run([SLURMTOWER, "events", "--limit", "3", "-o", "json"], capture_output=True, text=True,
+                         timeout=60, check=True, env=sensor.env())
+    assert [json.loads(line)["id"] for line in cli.stdout.splitlines()] == newest
 
 
 def test_stream_resumes_after_last_event_id(sensor: SensorProcess, api: httpx.Client) -> None:

@@ -130,7 +130,10 @@ def _types(type_: list[str] | None) -> list[str] | None:
             responses=problems(400, 404, *READ_PROBLEMS))
 async def list_events(
     services: ServicesDep,
-    since: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = None,
+    since: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events with a larger id: the page "
+                                       "after this one (its last id), oldest first.")] = None,
+    before: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events with a smaller id: the "
+                                        "page before this one (its first id), the newest of them.")] = None,
     type_: Annotated[list[str] | None, Query(alias="type", description="Event type(s).",
                                              json_schema_extra={"items": {"type": "string",
                                                                           "pattern": _TYPES.pattern}})] = None,
@@ -144,17 +147,23 @@ async def list_events(
     *,
     request: Request,
 ) -> list[Event]:
-    """Events oldest first; page with ``since`` = the last id you got."""
+    """The newest ``limit`` events (as ``slurmtower events``), or those after ``since`` or from
+    ``start`` on (the oldest first), or the ``limit`` before ``before``; each page oldest first:
+    its last id is the next page's ``since``, its first the previous page's ``before``."""
     start = parse_time(start_text, "start") if start_text is not None else None
     end = parse_time(end_text, "end") if end_text is not None else None
     if start is not None and end is not None and end <= start:
         return []  # an empty range holds no event
     store = _store(services)
     name, seen = await _scope(request, services)
+    # No lower bound (since, start): the newest of what matches, read newest first.
+    newest = since is None and start is None
     found = await asyncio.to_thread(
-        store.query, since_id=since, types=_types(type_), node=node, start=start, end=end, limit=limit,
-        cluster=name,
+        store.query, since_id=since, before_id=before, types=_types(type_), node=node, start=start, end=end,
+        limit=limit, cluster=name, descending=newest,
     )
+    if newest:
+        found.reverse()
     return found if seen is None else [ev for ev in map(seen, found) if ev is not None]
 
 
