@@ -53,6 +53,7 @@ from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster, RollUp
 from slurmtower.errors import InvalidInput, PermissionDenied
 from slurmtower.models.event import NODE_STATE, Event
+from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
 from slurmtower.principal import Principal
 from slurmtower.settings import Settings, TokenEntry
 from slurmtower.slurm import CliSlurmClient
@@ -727,6 +728,38 @@ def test_the_cli_prints_the_report_and_refuses_bad_input(devcluster: DevCluster,
     assert res.returncode == 2 and "--start" in res.stderr
     res = cli("availability", *span, "-o", "csv")
     assert res.returncode == 0 and res.stdout.startswith("partition,node,nodes,"), res.stderr
+
+
+@pytest.mark.parametrize("kind", ["usage", "efficiency", "waits", "availability"])
+def test_a_quiet_range_is_a_csv_with_its_header_row(api: TestClient, devcluster: DevCluster, kind: str,
+                                                    tmp_path: Path) -> None:
+    """A range nothing ran in (a quiet week) is still a CSV with its columns: a spreadsheet
+    import or a script reading the columns works (it was a 0-byte file), from the API and the
+    CLI alike."""
+    from slurmtower.runtime.reports import report_columns
+
+    params = {"start": "2020-01-06T00:00:00+00:00", "end": "2020-01-13T00:00:00+00:00"}
+    if kind == "waits":
+        params["size_buckets"] = "2,8"
+    as_json = api.get(f"/reports/{kind}", params=params, headers=bearer(ADMIN))
+    assert as_json.status_code == 200, as_json.text
+    as_csv = api.get(f"/reports/{kind}", params={**params, "format": "csv"}, headers=bearer(ADMIN))
+    assert as_csv.status_code == 200 and as_csv.text.endswith("\n")
+    header, *rows = as_csv.text.splitlines()
+    model = {"usage": UsageReport, "efficiency": EfficiencyReport, "waits": WaitReport,
+             "availability": AvailabilityReport}[kind]
+    assert header.split(",") == report_columns(model.model_validate(as_json.json()))
+    if kind in ("usage", "waits"):
+        assert rows == []  # nothing ran: the header alone
+    if kind == "waits":
+        assert header.endswith("jobs_0-1_cpus,jobs_2-7_cpus,jobs_8-_cpus")
+    env = {**os.environ, "SLURM_CONF": str(devcluster.slurm_conf), "SLURMTOWER_CONFIG": str(devcluster.tower_conf),
+           "SLURMTOWER_STATE_DIR": str(tmp_path)}
+    extra = ["--size-buckets", "2,8"] if kind == "waits" else []
+    cli = subprocess.run([SCRIPT, "report", kind, "--start", params["start"], "--end", params["end"], *extra,
+                          "-o", "csv"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines()[0] == header
 
 
 def test_availability_counts_the_transitions_slurmtower_recorded(api: TestClient, rolled: Rolled) -> None:

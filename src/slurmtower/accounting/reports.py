@@ -904,6 +904,7 @@ class Reports:
                 wait_p90_seconds=float(waits[min(len(waits) - 1, int(0.9 * len(waits)))]) if waits else None,
                 wait_max_seconds=waits[-1] if waits else None, sizes=sizes))
         return WaitReport(cluster=self.db.cluster, source="job_table", start=_utc(start), end=_utc(end), rows=out,
+                          size_buckets=buckets,
                           notes=["wait = start - submit of the jobs that started in the range; sizes count every "
                                  "job that ran in it, by allocated CPUs"])
 

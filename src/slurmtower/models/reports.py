@@ -198,6 +198,9 @@ class WaitReport(_Model):
     end: datetime
     rows: list[WaitRow]
     """By partition, then account."""
+    size_buckets: list[int] = []
+    """The lower bounds (CPUs) of the size buckets after the first (0): each row's ``sizes``,
+    and the CSV's ``jobs_<min>-<max>_cpus`` columns, even when no row is there."""
     notes: list[str] = []
 
 

@@ -37,7 +37,15 @@ from slurmtower.errors import InvalidInput
 from slurmtower.events.store import MAX_QUERY_LIMIT, EventStore
 from slurmtower.models import Partition
 from slurmtower.models.event import NODE_STATE
-from slurmtower.models.reports import AvailabilityReport, EfficiencyReport, UsageReport, WaitReport
+from slurmtower.models.reports import (
+    AvailabilityReport,
+    AvailabilityRow,
+    EfficiencyReport,
+    EfficiencyRow,
+    UsageReport,
+    WaitReport,
+    WaitRow,
+)
 from slurmtower.runtime.services import Services
 from slurmtower.visibility import Viewer, Visibility
 
@@ -50,6 +58,7 @@ __all__ = [
     "ReportKind",
     "parse_report",
     "read_report",
+    "report_columns",
     "report_csv",
     "report_rows",
     "run_report",
@@ -263,8 +272,7 @@ def report_rows(report: AnyReport) -> list[dict[str, Any]]:
         for wait in report.rows:
             flat = wait.model_dump(exclude={"sizes"})
             for bucket in wait.sizes:
-                upper = "" if bucket.max_cpus is None else bucket.max_cpus
-                flat[f"jobs_{bucket.min_cpus}-{upper}_cpus"] = bucket.jobs
+                flat[_bucket_column(bucket.min_cpus, bucket.max_cpus)] = bucket.jobs
             rows.append(flat)
     else:
         for part in [*report.partitions, *report.nodes]:
@@ -281,13 +289,36 @@ def _inert(value: Any) -> Any:
     return value
 
 
+def _bucket_column(low: int, high: int | None) -> str:
+    return f"jobs_{low}-{'' if high is None else high}_cpus"
+
+
+#: The columns of each report's rows (:func:`report_rows`), for the header of an empty one.
+_USAGE_COLUMNS = ("period_start", "period_end", "group", "account", "user", "partition", "qos", "tres",
+                  "tres_hours", "tres_seconds", "share")
+
+
+def report_columns(report: AnyReport) -> list[str]:
+    """The columns of :func:`report_rows` for ``report``, rows or none: a quiet week's CSV has
+    its header line, so a spreadsheet import or a script that reads the columns still works."""
+    if isinstance(report, UsageReport):
+        return list(_USAGE_COLUMNS)
+    if isinstance(report, EfficiencyReport):
+        return list(EfficiencyRow.model_fields)
+    if isinstance(report, WaitReport):
+        lows = [0, *report.size_buckets]
+        return [*(f for f in WaitRow.model_fields if f != "sizes"),
+                *(_bucket_column(lo, lows[i + 1] - 1 if i + 1 < len(lows) else None) for i, lo in enumerate(lows))]
+    return [*(f for f in AvailabilityRow.model_fields if f != "reasons"), "top_reason"]
+
+
 def report_csv(report: AnyReport) -> str:
-    """:func:`report_rows` as CSV with a header line (text that a spreadsheet would take for
-    a formula starts with a quote)."""
+    """:func:`report_rows` as CSV with a header line, also when there are no rows (text that a
+    spreadsheet would take for a formula starts with a quote)."""
     rows = [{k: _inert(v) for k, v in row.items()} for row in report_rows(report)]
     out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]), extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else report_columns(report),
+                            extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
     return out.getvalue()
