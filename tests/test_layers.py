@@ -73,3 +73,25 @@ def test_the_public_surface_loads_each_name_it_declares() -> None:
 
     missing = [name for name in slurmtower.__all__ if getattr(slurmtower, name, None) is None]
     assert missing == []
+
+
+def test_the_action_index_names_each_action_where_its_module_registers_it() -> None:
+    """``slurmtower run`` imports the one module of the action it runs (registry.ACTION_MODULES):
+    the index must name every registered action, at the module that registers it."""
+    import importlib
+
+    from slurmtower.actions.registry import ACTION_MODULES, REGISTRY
+
+    for module in sorted(set(ACTION_MODULES.values())):
+        importlib.import_module(module)
+    registered = REGISTRY.registered()
+    assert sorted(registered) == sorted(ACTION_MODULES)
+    assert {name: spec.run.__module__ for name, spec in registered.items()} == ACTION_MODULES
+    # and a one-off run of one read action loads its module alone, not the others
+    probe = subprocess.run([sys.executable, "-c", "import sys\n"
+                            "from slurmtower.actions import REGISTRY\n"
+                            "REGISTRY['slurm.node.get']\n"
+                            "print(sorted(m for m in sys.modules if m.startswith('slurmtower.actions.') and "
+                            "m.rsplit('.', 1)[1] in ('jobs', 'why', 'maintain')))"],
+                           capture_output=True, text=True, check=True, timeout=60)
+    assert probe.stdout.strip() == "[]", probe.stdout

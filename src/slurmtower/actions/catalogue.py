@@ -32,11 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-import slurmtower.actions.impl  # noqa: F401 - registers the actions
-import slurmtower.actions.jobs  # noqa: F401 - registers the job actions
-import slurmtower.actions.maintain  # noqa: F401 - registers slurm.node.maintain
-import slurmtower.actions.reservations  # noqa: F401 - registers slurm.reservation.*
-import slurmtower.actions.why  # noqa: F401 - registers slurm.job.why
 from slurmtower.actions.approvals import Approvals
 from slurmtower.actions.envelope import PARTIAL, PARTIAL_EXIT_CODE, UNRECORDED_EXIT_CODE, AuditOutcome, Envelope
 from slurmtower.actions.ownership import Via

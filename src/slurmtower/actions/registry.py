@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from slurmtower.settings import Settings
     from slurmtower.slurm import SlurmClient
 
-__all__ = ["REGISTRY", "ActionSpec", "Permission", "Run", "action", "node_snapshot"]
+__all__ = ["ACTION_MODULES", "REGISTRY", "ActionSpec", "Permission", "Registry", "Run", "action", "node_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,61 @@ class ActionSpec:
         }
 
 
-REGISTRY: dict[str, ActionSpec] = {}
+#: Each action and the module that defines it: what a one-off ``slurmtower run`` imports (that
+#: module alone: the others' parameter models and implementations cost a third of a second).
+#: ``tests/test_actions.py`` checks it against what the modules register.
+ACTION_MODULES: dict[str, str] = {
+    **dict.fromkeys(("slurm.config.get", "slurm.job.find", "slurm.job.get", "slurm.job.step.get", "slurm.node.down",
+                     "slurm.node.drain", "slurm.node.get", "slurm.node.reserve", "slurm.node.resume",
+                     "slurm.node.unreserve", "slurm.node.update", "slurm.trigger.set", "slurm.trigger.unset"),
+                    "slurmtower.actions.impl"),
+    **dict.fromkeys(("slurm.job.cancel", "slurm.job.hold", "slurm.job.release", "slurm.job.requeue",
+                     "slurm.job.resume", "slurm.job.signal", "slurm.job.suspend", "slurm.job.update"),
+                    "slurmtower.actions.jobs"),
+    "slurm.job.why": "slurmtower.actions.why",
+    "slurm.node.maintain": "slurmtower.actions.maintain",
+    **dict.fromkeys(("slurm.reservation.create", "slurm.reservation.delete", "slurm.reservation.update"),
+                    "slurmtower.actions.reservations"),
+}
+
+
+class Registry(Mapping[str, ActionSpec]):
+    """The registered actions by name. Every name of :data:`ACTION_MODULES` is listed (``in``,
+    iteration) without importing anything; an action's spec is read (``[name]``, ``get``) by
+    importing its module first, so a process that runs one action loads that one's."""
+
+    def __init__(self, modules: Mapping[str, str]) -> None:
+        self._modules = dict(modules)
+        self._specs: dict[str, ActionSpec] = {}
+
+    def register(self, spec: ActionSpec) -> None:
+        self._specs[spec.name] = spec
+
+    def __getitem__(self, name: str) -> ActionSpec:
+        found = self._specs.get(name)
+        if found is None:
+            module = self._modules.get(name)
+            if module is None:
+                raise KeyError(name)
+            importlib.import_module(module)  # its @action decorators register it
+            found = self._specs[name]
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self._modules), **dict.fromkeys(self._specs)})
+
+    def __len__(self) -> int:
+        return len(self._modules.keys() | self._specs.keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modules or name in self._specs
+
+    def registered(self) -> dict[str, ActionSpec]:
+        """What the modules imported so far registered (for the index's test)."""
+        return dict(self._specs)
+
+
+REGISTRY = Registry(ACTION_MODULES)
 
 
 def action(
@@ -155,7 +210,7 @@ def action(
 
     def register(func: Callable[[Run, P], Any]) -> Callable[[Run, P], Any]:
         doc = (func.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = ActionSpec(name, doc[0] if doc else name, params, mutating, permission, func, own_jobs)
+        REGISTRY.register(ActionSpec(name, doc[0] if doc else name, params, mutating, permission, func, own_jobs))
         return func
 
     return register

@@ -56,10 +56,11 @@ def run(
         Envelope,
         cli_principal,
         parse_cli_params,
-        st2,
     )
 
     _check_output(output, ("yaml", "json", "st2"))
+    if output == "st2":
+        from slurmtower.actions import st2  # deferred: the st2 output only
     given = parse_cli_params(params or [])
     parsed = st2.pack_params(action, given) if output == "st2" else given
     catalogue = Catalogue.from_settings(cluster_settings(config, cluster))
