@@ -65,6 +65,7 @@ from slurmtower.actions.schemas import (
     JOBIDS_SCHEMA,
     ONE_WAY,
     SIGNAL_SCHEMA,
+    check_criterion,
     update_fields_schema,
     whole,
 )
@@ -162,6 +163,7 @@ class _JobTarget(_Mutating):
             items = item if isinstance(item, list) else [item]
             if not items or any(not v.strip() or len(v) > 200 or any(c in v for c in "\n\r") for v in items):
                 raise ValueError(f"{key}: values are non-empty single lines of at most 200 characters")
+            check_criterion(key, items)
         return value
 
     @model_validator(mode="after")

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from slurmtower.actions.ownership import contains_tag
+from slurmtower.actions.schemas import uint_pattern
 from slurmtower.errors import PermissionDenied
-from slurmtower.models import Job
+from slurmtower.models import Job, JobState
 from slurmtower.nodeset import SYNTAX, parse_nodeset
 from slurmtower.settings import Settings
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS
@@ -170,11 +171,20 @@ class ConfigGetParams(_Params):
 
 #: ``slurm.job.find``'s criterias: job fields (and their short names), each a value (which ones a
 #: field takes is the field's).
+_TEXT = {"type": "string", "pattern": r"^[^\x00]*$"}
+_JOB_STATE = {"type": "string", "pattern": "^(?:" + _any_case(s.value for s in JobState if s is not JobState.UNKNOWN)
+              + ")$"}
 _FIND_CRITERIAS: dict[str, Any] = {
     "minProperties": 1,
     "propertyNames": {"enum": sorted({*Job.model_fields, "user", "job_state", "job_name", "jobid"})},
-    "additionalProperties": {"anyOf": [{"type": "string", "pattern": r"^[^\x00]*$"}, {"type": "number"},
-                                       {"type": "boolean"}, {"type": "null"}]},
+    "properties": {
+        **dict.fromkeys(("user", "user_name", "account", "partition", "name", "job_name"), _TEXT),
+        "state": _JOB_STATE, "job_state": _JOB_STATE,
+        "nodes": {"type": "string", "pattern": SYNTAX.pattern, "format": "nodeset"},
+        "batch_host": {"type": "string", "pattern": SYNTAX.pattern, "format": "nodeset"},
+        "job_id": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^[0-9]+$"}]},
+    },
+    "additionalProperties": {"anyOf": [_TEXT, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]},
 }
 
 
@@ -193,14 +203,23 @@ class JobFindParams(_Params):
         return value
 
 
+#: Slurm's largest job id (MAX_JOB_ID).
+_MAX_JOB_ID = 0x03FFFFFF
+_JOB_ID = {"type": "integer", "minimum": 1, "maximum": _MAX_JOB_ID}
+_JOB_ID_TEXT = uint_pattern(_MAX_JOB_ID)
+
+
 class JobGetParams(_Params):
-    jobids: IntList = Field(min_length=1, description="Job ids to query.")
+    jobids: IntList = Field(min_length=1, description="Job ids to query (1-67108863).", json_schema_extra={"anyOf": [
+        {"type": "array", "minItems": 1,
+         "items": {"anyOf": [_JOB_ID, {"type": "string", "pattern": f"^{_JOB_ID_TEXT}$"}]}},
+        _JOB_ID, {"type": "string", "pattern": rf"^ *{_JOB_ID_TEXT} *(?:, *{_JOB_ID_TEXT} *)*$"}]})
 
     @field_validator("jobids")
     @classmethod
     def _positive(cls, value: list[int]) -> list[int]:
-        if any(v <= 0 for v in value):
-            raise ValueError("job ids are positive integers")
+        if any(not 0 < v <= _MAX_JOB_ID for v in value):
+            raise ValueError(f"job ids run from 1 to {_MAX_JOB_ID}")
         return list(dict.fromkeys(value))
 
 

@@ -14,11 +14,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from slurmtower.nodeset import SYNTAX
+from slurmtower.nodeset import SYNTAX, parse_nodeset
 from slurmtower.slurm.jobctl import JOB_UPDATE_FIELDS, MAX_JOB_IDS, SIGNALS
 
-__all__ = ["CRITERIAS_SCHEMA", "JOBIDS_SCHEMA", "NO_NUL", "ONE_WAY", "SIGNAL_SCHEMA", "no_nul", "update_fields_schema",
-           "whole"]
+__all__ = ["CRITERIAS_SCHEMA", "JOBIDS_SCHEMA", "NO_NUL", "ONE_WAY", "SIGNAL_SCHEMA", "SQUEUE_STATES",
+           "check_criterion", "no_nul", "update_fields_schema", "whole"]
 
 #: No parameter holds a NUL (the models refuse one anywhere): the pattern of a text with none of
 #: its own.
@@ -94,11 +94,42 @@ JOBIDS_SCHEMA: dict[str, Any] = {"anyOf": [
 ]}
 
 _VALUE = {"type": "string", "maxLength": 200, "pattern": rf"^[^\n\r\x00]*{_NOT_SPACE}[^\n\r\x00]*$"}
-#: ``criterias``: /queue's filters, each a value or a list of them.
+#: The job states squeue's --states takes (names and codes, any case).
+SQUEUE_STATES = (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CONFIGURING", "CANCELLED", "FAILED", "TIMEOUT",
+    "PREEMPTED", "BOOT_FAIL", "NODE_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUE_FED", "REQUEUE_HOLD", "REQUEUED",
+    "RESIZING", "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "PD", "R", "S", "CG", "CD", "CF",
+    "CA", "F", "TO", "PR", "BF", "NF", "DL", "OOM", "RF", "RH", "RQ", "RS", "RV", "SI", "SE", "SO", "ST")
+_STATE = f"(?:{_any_case(SQUEUE_STATES)})"
+_STATES = {"type": "string", "maxLength": 200, "pattern": rf"^[ ,]*{_STATE}(?: *,[ ,]*{_STATE})*[ ,]*$"}
+_NODES = {"type": "string", "maxLength": 200, "pattern": SYNTAX.pattern, "format": "nodeset"}
+
+
+def _one_or_more(value: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [value, {"type": "array", "minItems": 1, "items": value}]}
+
+
+def check_criterion(key: str, items: list[str]) -> None:
+    """Refuse (:class:`ValueError`) a ``state`` value squeue would not take or a ``nodes`` value
+    that is no node set, before Slurm is asked (:data:`CRITERIAS_SCHEMA`)."""
+    if key == "state":
+        grammar = re.compile(_STATES["pattern"])
+        bad = next((v for v in items if not grammar.match(v)), None)
+        if bad is not None:
+            raise ValueError(f"state: {bad[:40]!r} is not a job state squeue takes "
+                             f"({', '.join(SQUEUE_STATES[:9])} ...)")
+    elif key == "nodes":
+        for v in items:
+            parse_nodeset(v, param="criterias.nodes")
+
+
+#: ``criterias``: /queue's filters, each a value or a list of them: states as squeue takes them,
+#: node sets, names.
 CRITERIAS_SCHEMA: dict[str, Any] = {"anyOf": [
     {"type": "object", "minProperties": 1,
      "propertyNames": {"enum": ["user", "account", "partition", "state", "name", "nodes"]},
-     "additionalProperties": {"anyOf": [_VALUE, {"type": "array", "minItems": 1, "items": _VALUE}]}},
+     "properties": {"state": _one_or_more(_STATES), "nodes": _one_or_more(_NODES)},
+     "additionalProperties": _one_or_more(_VALUE)},
     {"type": "null"},
 ]}
 

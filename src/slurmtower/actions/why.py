@@ -44,7 +44,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from slurmtower.actions.ownership import reason_holders
 from slurmtower.actions.params import _Params
 from slurmtower.actions.registry import Run, action
-from slurmtower.actions.schemas import CRITERIAS_SCHEMA, JOBIDS_SCHEMA, ONE_WAY, whole
+from slurmtower.actions.schemas import CRITERIAS_SCHEMA, JOBIDS_SCHEMA, ONE_WAY, check_criterion, whole
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied, SlurmtowerError
 from slurmtower.models import Job, JobState, Node, NodeFlag, NodeState, Partition, Reservation
 from slurmtower.models.job import array_task_ranges
@@ -141,6 +141,7 @@ class JobWhyParams(_Params):
             items = item if isinstance(item, list) else [item]
             if not items or any(not v.strip() or len(v) > 200 or any(c in v for c in "\n\r") for v in items):
                 raise ValueError(f"{key}: values are non-empty single lines of at most 200 characters")
+            check_criterion(key, items)
         return value
 
     @model_validator(mode="after")
