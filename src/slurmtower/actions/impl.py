@@ -42,6 +42,7 @@ from slurmtower.actions.ownership import (
     tag_reason,
 )
 from slurmtower.actions.params import (
+    ACCOUNTING_CRITERIA,
     ConfigGetParams,
     JobFindParams,
     JobGetParams,
@@ -91,11 +92,7 @@ JOB_CRITERIA_SERVER_SIDE = {
 # Seed (pyslurm) spellings of Job fields.
 _JOB_ALIASES = {"user": "user_name", "job_state": "state", "job_name": "name", "jobid": "job_id"}
 # Criteria accounting filters in SQL (AccountingDB.find_jobs keys).
-_ACCT_KEYS = {
-    "user": "user", "user_name": "user", "account": "account", "partition": "partition",
-    "state": "state", "job_state": "state", "name": "name", "job_name": "name", "job_id": "job_id",
-    "array_job_id": "array_job_id", "user_id": "user_id",
-}
+_ACCT_KEYS = ACCOUNTING_CRITERIA  # what the document says include_finished matches on
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:

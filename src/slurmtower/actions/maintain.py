@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from slurmtower.actions.params import (
     REASON_PATTERN,
@@ -68,6 +68,11 @@ _CHECK = r"^(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)+(?: [A-Za-z0-9_.,:=@%+/{} -]*)?$"
 
 
 class NodeMaintainParams(_Mutating):
+    # check_as_job needs a check; wait is the CLI's (the HTTP API's document leaves it out).
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"required": ["check_as_job"], "properties": {"check_as_job": {"const": True}}},
+        "then": {"required": ["check"], "properties": {"check": {"type": "string"}}}})
+
     nodes: NodeSetText = Field(description="Nodes to maintain (one maintenance run each).")
     reason: str = Field(default="maintenance", description="Why; the drain reason (with slurmtower's owner tag).",
                         json_schema_extra={"pattern": REASON_PATTERN})
@@ -89,13 +94,20 @@ class NodeMaintainParams(_Mutating):
                                "inside the reservation, instead of on slurmtower's host.")
     check_timeout: int = Field(default=600, ge=1, le=7 * 86400, description="Seconds the check may take.")
     wait: bool = Field(default=False, description="CLI only: stay until every run has finished (else the "
-                       "service's maintenance task moves them on; follow slurmtower.maintain.* events).")
+                       "service's maintenance task moves them on; follow slurmtower.maintain.* events).",
+                       json_schema_extra={"x-slurmtower-cli-only": True})
     _check_reason = field_validator("reason")(_reason)
 
     @field_validator("reservation_name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         return None if value is None else _resv_name(value)
+
+    @model_validator(mode="after")
+    def _check_for_the_job(self) -> NodeMaintainParams:
+        if self.check_as_job and not self.check:
+            raise ValueError("check_as_job needs a check")
+        return self
 
     @field_validator("check")
     @classmethod
@@ -149,8 +161,6 @@ def node_maintain(run: Run, p: NodeMaintainParams) -> dict[str, Any]:
 
         program = shlex.split(p.check)[0]
         check_program(run.settings, program, shown=program, what="check program", param="check")
-    if p.check_as_job and not p.check:
-        raise InvalidInput("check_as_job needs a check", param="check_as_job")
     if p.wait and run.via != "cli":
         raise InvalidInput("wait is for the CLI: over HTTP and in rules follow the slurmtower.maintain.* events",
                            param="wait")

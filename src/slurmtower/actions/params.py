@@ -20,11 +20,13 @@ from slurmtower.actions.ownership import contains_tag
 from slurmtower.actions.schemas import uint_pattern
 from slurmtower.errors import PermissionDenied
 from slurmtower.models import Job, JobState
+from slurmtower.models.accounting import HistoryJob
 from slurmtower.nodeset import SYNTAX, parse_nodeset
 from slurmtower.settings import Settings
 from slurmtower.slurm.client import NODE_UPDATE_FIELDS
 
 __all__ = [
+    "ACCOUNTING_CRITERIA",
     "DEFAULT_RESERVATION",
     "REASON_PATTERN",
     "RESERVATION_FLAGS",
@@ -188,7 +190,22 @@ _FIND_CRITERIAS: dict[str, Any] = {
 }
 
 
+#: The criteria accounting filters in SQL (AccountingDB.find_jobs' keys), by criterion.
+ACCOUNTING_CRITERIA = {
+    "user": "user", "user_name": "user", "account": "account", "partition": "partition",
+    "state": "state", "job_state": "state", "name": "name", "job_name": "name", "job_id": "job_id",
+    "array_job_id": "array_job_id", "user_id": "user_id",
+}
+#: What ``include_finished`` can match on: accounting's fields (the rest is the live queue's).
+_FINISHED = sorted({*ACCOUNTING_CRITERIA, "nodes", "batch_host", *HistoryJob.model_fields}
+                   & set(_FIND_CRITERIAS["propertyNames"]["enum"]))
+
+
 class JobFindParams(_Params):
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"required": ["include_finished"], "properties": {"include_finished": {"const": True}}},
+        "then": {"properties": {"criterias": {"propertyNames": {"enum": _FINISHED}}}}})
+
     criterias: dict[str, Any] = Field(description="Job fields and the values they must equal, e.g. "
                                       '{"batch_host": "n1"} or {"user_name": "alice", "job_state": "RUNNING"}.',
                                       json_schema_extra=_FIND_CRITERIAS)

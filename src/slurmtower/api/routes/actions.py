@@ -91,6 +91,9 @@ def document_actions(schema: dict[str, Any]) -> dict[str, Any]:
             spec = Catalogue.spec(name)
             body = spec.schema(ref_template="#/components/schemas/{model}")
             components.update(body.pop("$defs", {}))
+            for key, prop in list(body.get("properties", {}).items()):  # the CLI's alone (maintain's wait)
+                if prop.get("x-slurmtower-cli-only"):
+                    del body["properties"][key]
             # No body (or null) is {}: a body is needed where {} is not enough.
             needed = bool(body.get("required")) or "oneOf" in body
             post = copy.deepcopy(run)
