@@ -134,6 +134,14 @@ def test_a_declared_parameter_given_twice_is_refused_unless_a_list(api: httpx.Cl
     assert api.get("/events", params=[("type", "a"), ("type", "b")]).status_code == 200
 
 
+@pytest.mark.parametrize("value", ["6\f", " 5", "5_0", "5.0", "+5"])
+def test_a_whole_number_is_written_as_one(api: httpx.Client, value: str) -> None:
+    """The document says integer; pydantic's lax parsing took all of these for 5 or 6."""
+    for path, name in (("/events", "limit"), ("/audit", "limit"), ("/queue", "limit"), ("/load", "time")):
+        resp = api.get(path, params={name: value})
+        assert resp.status_code == 400 and resp.json()["param"] == name, (path, value, resp.text)
+
+
 def test_each_action_has_its_own_operations_its_parameters_the_body(api: httpx.Client,
                                                                    document: dict[str, Any]) -> None:
     """POST /actions/{name} took any object, whatever the action wanted: each action is now

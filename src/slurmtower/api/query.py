@@ -8,7 +8,8 @@ refuses the rest with its own 400 naming the parameter (FastAPI does not check i
 refusal would print the pattern). Numbers and enums are plain FastAPI types.
 
 :func:`single_values`, a dependency of the whole app, refuses a declared query parameter given
-twice unless it is a list (FastAPI would silently keep the last one).
+twice unless it is a list (FastAPI would silently keep the last one), and a whole number that is
+not written as one (pydantic's lax parsing took ``6\f``, `` 5``, ``5_0``, ``5.0`` for integers).
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ TimeQuery = Annotated[str | None, checked(
     "ISO 8601 (naive = UTC) or Unix seconds.", TIME_SCHEMA)]
 
 
+def _is_int(annotation: Any) -> bool:
+    """Whether a parameter's annotation is a whole number (``int | None`` ...)."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _is_int(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and _is_int(args[0])
+    return annotation is int
+
+
 def _is_list(annotation: Any) -> bool:
     """Whether a parameter's annotation is a list (``list[str] | None`` ...)."""
     origin = typing.get_origin(annotation)
@@ -68,6 +80,8 @@ def _is_list(annotation: Any) -> bool:
 
 
 _SCALARS: dict[int, frozenset[str]] = {}
+_INTS: dict[int, frozenset[str]] = {}
+_WHOLE = re.compile(r"-?[0-9]+")
 
 
 def _query_fields(dependant: Dependant) -> list[Any]:
@@ -82,24 +96,31 @@ def _scalar_params(route: APIRoute) -> frozenset[str]:
     """The query parameters ``route`` declares that are no list."""
     found = _SCALARS.get(id(route))
     if found is None:
-        found = frozenset(f.alias for f in _query_fields(route.dependant) if not _is_list(f.field_info.annotation))
+        fields = _query_fields(route.dependant)
+        found = frozenset(f.alias for f in fields if not _is_list(f.field_info.annotation))
         _SCALARS[id(route)] = found
+        _INTS[id(route)] = frozenset(f.alias for f in fields if _is_int(f.field_info.annotation))
     return found
 
 
 async def single_values(request: Request) -> None:
-    """Refuse a query parameter the route declares, not as a list, given twice.
+    """Refuse a query parameter the route declares, not as a list, given twice, and a whole
+    number it declares that is not written as one.
 
     Raises :class:`InvalidInput` naming it.
     """
-    raw = request.scope.get("query_string", b"")
-    if b"&" not in raw:
+    if not request.scope.get("query_string"):
         return
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not route.include_in_schema:
         return  # the dashboard's forms read their own parameters
-    counts = Counter(name for name, _ in request.query_params.multi_items())
+    items = request.query_params.multi_items()
+    counts = Counter(name for name, _ in items)
     scalars = _scalar_params(route)
     for name, n in counts.items():
         if n > 1 and name in scalars:
             raise InvalidInput(f"parameter {name!r} given twice", param=name)
+    ints = _INTS[id(route)]
+    for name, value in items:
+        if name in ints and not _WHOLE.fullmatch(value):
+            raise InvalidInput(f"{name} must be a whole number, not {value[:40]!r}", param=name)
