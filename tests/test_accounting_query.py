@@ -229,7 +229,6 @@ def test_tres_strings_are_parsed_and_sentinels_dropped() -> None:
 def test_a_cursor_holds_26_05_row_ids() -> None:
     """From 26.05 on slurmdbd's job_db_inx is the run's sluid (a bigint unsigned above 2**63)."""
     from slurmtower.accounting.query import Cursor
-    from slurmtower.errors import InvalidInput
 
     inx = 15913056731698157568  # a real 26.05 row id
     assert Cursor.decode(Cursor(inx=inx, job_id=7, submit=1).encode()).inx == inx
