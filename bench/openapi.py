@@ -89,6 +89,13 @@ EXPLAINED: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The reports' refusals that are rules between parameters or the cluster's names.
+_REPORT_RULES = ("end must be after start", "the range may cover at most", "must be on the hour",
+                 "must be on a midnight", "must be on a first of a month", "gives more than", "is finer than the",
+                 "do not apply to group_by=cluster", "no partition ", "the cluster tracks no ",
+                 "increasing whole numbers", "jobs in this range")
+
+
 def explain(finding: dict[str, Any]) -> str | None:
     """Which of :data:`EXPLAINED` a finding is (its key), or ``None``."""
     op, answer = finding["operation"], finding["answer"]
@@ -99,8 +106,8 @@ def explain(finding: dict[str, Any]) -> str | None:
         return "issue45"
     if path == "/mcp":
         return "issue46"
-    if path.startswith("/reports/") and finding["check"] == "positive_data_acceptance" and finding["param"] in (
-            "start", "end", "period", "partitions", "tres", "size_buckets", "users", "accounts"):
+    if path.startswith("/reports/") and finding["check"] == "positive_data_acceptance" and any(
+            rule in answer for rule in _REPORT_RULES):
         return "reports"
     if finding["status"] == "400" and '"status":"failed"' in answer.replace(" ", ""):
         return "slurm"

@@ -201,10 +201,16 @@ _FINISHED = sorted({*ACCOUNTING_CRITERIA, "nodes", "batch_host", *HistoryJob.mod
                    & set(_FIND_CRITERIAS["propertyNames"]["enum"]))
 
 
+#: With include_finished: accounting's fields only, its ids as numbers.
+_FINISHED_ONLY: dict[str, Any] = {
+    "if": {"required": ["include_finished"], "properties": {"include_finished": {"const": True}}},
+    "then": {"properties": {"criterias": {
+        "propertyNames": {"enum": _FINISHED},
+        "properties": {key: {"type": "integer"} for key in ("array_job_id", "user_id")}}}}}
+
+
 class JobFindParams(_Params):
-    model_config = ConfigDict(json_schema_extra={
-        "if": {"required": ["include_finished"], "properties": {"include_finished": {"const": True}}},
-        "then": {"properties": {"criterias": {"propertyNames": {"enum": _FINISHED}}}}})
+    model_config = ConfigDict(json_schema_extra=_FINISHED_ONLY)
 
     criterias: dict[str, Any] = Field(description="Job fields and the values they must equal, e.g. "
                                       '{"batch_host": "n1"} or {"user_name": "alice", "job_state": "RUNNING"}.',
@@ -222,15 +228,15 @@ class JobFindParams(_Params):
 
 #: Slurm's largest job id (MAX_JOB_ID).
 _MAX_JOB_ID = 0x03FFFFFF
-_JOB_ID = {"type": "integer", "minimum": 1, "maximum": _MAX_JOB_ID}
+_JOB_ID: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": _MAX_JOB_ID}
 _JOB_ID_TEXT = uint_pattern(_MAX_JOB_ID)
+_JOB_IDS: dict[str, Any] = {"anyOf": [
+    {"type": "array", "minItems": 1, "items": {"anyOf": [_JOB_ID, {"type": "string", "pattern": f"^{_JOB_ID_TEXT}$"}]}},
+    _JOB_ID, {"type": "string", "pattern": rf"^ *{_JOB_ID_TEXT} *(?:, *{_JOB_ID_TEXT} *)*$"}]}
 
 
 class JobGetParams(_Params):
-    jobids: IntList = Field(min_length=1, description="Job ids to query (1-67108863).", json_schema_extra={"anyOf": [
-        {"type": "array", "minItems": 1,
-         "items": {"anyOf": [_JOB_ID, {"type": "string", "pattern": f"^{_JOB_ID_TEXT}$"}]}},
-        _JOB_ID, {"type": "string", "pattern": rf"^ *{_JOB_ID_TEXT} *(?:, *{_JOB_ID_TEXT} *)*$"}]})
+    jobids: IntList = Field(min_length=1, description="Job ids to query (1-67108863).", json_schema_extra=_JOB_IDS)
 
     @field_validator("jobids")
     @classmethod

@@ -101,8 +101,8 @@ SQUEUE_STATES = (
     "RESIZING", "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "PD", "R", "S", "CG", "CD", "CF",
     "CA", "F", "TO", "PR", "BF", "NF", "DL", "OOM", "RF", "RH", "RQ", "RS", "RV", "SI", "SE", "SO", "ST")
 _STATE = f"(?:{_any_case(SQUEUE_STATES)})"
-_STATES = {"type": "string", "maxLength": 200, "pattern": rf"^[ ,]*{_STATE}(?: *,[ ,]*{_STATE})*[ ,]*$"}
-_NODES = {"type": "string", "maxLength": 200, "pattern": SYNTAX.pattern, "format": "nodeset"}
+_STATES: dict[str, Any] = {"type": "string", "maxLength": 200, "pattern": rf"^[ ,]*{_STATE}(?: *,[ ,]*{_STATE})*[ ,]*$"}
+_NODES: dict[str, Any] = {"type": "string", "maxLength": 200, "pattern": SYNTAX.pattern, "format": "nodeset"}
 
 
 def _one_or_more(value: dict[str, Any]) -> dict[str, Any]:
