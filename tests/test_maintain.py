@@ -71,7 +71,12 @@ def reservation(name: str) -> str:
 
 
 def test_dry_run_shows_the_plan_and_changes_nothing(catalogue: Catalogue) -> None:
-    before = node_states()
+    # an earlier test's job may still be completing on a node (IDLE+COMPLETING): compare settled states
+    def settled() -> dict[str, str] | None:
+        states = node_states()
+        return None if any("COMPLETING" in state for state in states.values()) else states
+
+    before = wait_for(settled, 60, what="no node completing a job")
     env = maintain(catalogue, {"nodes": "n2", "check": "/bin/true", "dry_run": True})
     assert env.status == "succeeded"
     assert env.result["plan"]["n2"] == [

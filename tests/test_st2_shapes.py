@@ -99,7 +99,10 @@ def test_an_accounting_job_and_step_map_too() -> None:
 
 def test_the_format_parameter_is_in_the_openapi_document(tmp_path: Path) -> None:
     doc = create_app(Settings(state_dir=tmp_path)).openapi()  # its own store, not the machine's
-    for path, method in (("/actions/{name}", "post"), ("/executions/{execution_id}", "get")):
+    # each action at its own path (under /clusters/{cluster} too), and an execution read again
+    actions = [(path, "post") for path in doc["paths"] if path.startswith(("/actions/", "/clusters/{cluster}/actions/"))]
+    assert ("/actions/slurm.node.drain", "post") in actions and len(actions) >= 2 * 20
+    for path, method in (*actions, ("/executions/{execution_id}", "get")):
         (param,) = [p for p in doc["paths"][path][method]["parameters"] if p["name"] == "format"]
         assert param["in"] == "query" and param["schema"]["enum"] == ["slurmtower", "st2"], path
         assert "st2" in param["description"]
@@ -348,8 +351,9 @@ def test_over_http_the_format_parameter_gives_the_same_shape(http: Http, cli: An
     assert drain["status"] == "succeeded" and drain["parameters"]["dry_run"] is True
     # each answer is the shape the OpenAPI document declares for it (Envelope | St2Execution)
     schema = http.get("/openapi.json").json()
-    declared = schema["paths"]["/actions/{name}"]["post"]["responses"]["200"]["content"]["application/json"]
-    assert {r["$ref"].rsplit("/", 1)[1] for r in declared["schema"]["anyOf"]} == {"Envelope", "St2Execution"}
+    for action in ("slurm.node.get", "slurm.node.drain"):
+        declared = schema["paths"][f"/actions/{action}"]["post"]["responses"]["200"]["content"]["application/json"]
+        assert {r["$ref"].rsplit("/", 1)[1] for r in declared["schema"]["anyOf"]} == {"Envelope", "St2Execution"}
     st2.St2Execution.model_validate(over_http)
     st2.St2Execution.model_validate(drain)
     Envelope.model_validate(plain)
