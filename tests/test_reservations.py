@@ -365,6 +365,10 @@ def test_decisions_on_requests_that_are_not_there_or_not_pending(tower: Tower) -
         too_long = otto.post("/requests/999999/deny", json={"comment": "x" * 20_000})
         assert too_long.status_code == 400 and too_long.json()["param"] == "comment"
         assert alice.get("/reservations", params={"start": "2026-01-02T00:00:00"}).status_code == 400
+        for bad in ("0.5", "1767312000", "20260102T000000Z", "2026-01-02T00:00:00Zjunk"):  # RFC 3339 only
+            refused = alice.get("/reservations", params={"end": bad})
+            assert refused.status_code == 400 and refused.json()["param"] == "end", bad
+        assert alice.get("/reservations", params={"start": "2026-01-02T00:00:00.5+01:00"}).status_code == 200
 
 
 def test_the_calendar_lists_reservations_and_pending_requests_without_hidden_partitions(

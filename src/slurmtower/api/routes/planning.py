@@ -10,6 +10,7 @@ pass the visibility filter on their way out (hidden partitions and their nodes).
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from slurmtower.actions import Approvals, Envelope
 from slurmtower.actions.planning import build_calendar
 from slurmtower.api.deps import ClusterDep
 from slurmtower.api.params import MAX_ID, READ_PROBLEMS, problems
+from slurmtower.api.query import checked
 from slurmtower.api.security import Perm, Principal, require
 from slurmtower.errors import InvalidInput, NotFound, PermissionDenied
 from slurmtower.models.request import REQUEST_STATES, ActionRequest, Calendar, RequestPage
@@ -91,7 +93,8 @@ async def list_requests(
     services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
     state: Annotated[list[str] | None, Query(description="Only requests in these states (repeatable): "
-                                                         + ", ".join(REQUEST_STATES) + ".")] = None,
+                                                         + ", ".join(REQUEST_STATES) + ".",
+                                             json_schema_extra={"items": {"enum": list(REQUEST_STATES)}})] = None,
     requester: Annotated[str | None, Query(max_length=255, description="Only this requester's.")] = None,
     action: Annotated[str | None, Query(max_length=64, description="Only requests for this action.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many (1-1000).")] = 50,
@@ -161,13 +164,15 @@ async def withdraw_request(request_id: RequestId, services: ClusterDep, principa
 async def reservations(
     services: ClusterDep,
     principal: Annotated[Principal, require(Perm.READ)],
-    start: Annotated[datetime | None, Query(description="From (ISO 8601; default: a day ago).")] = None,
-    end: Annotated[datetime | None, Query(description="To (ISO 8601; default: two weeks on).")] = None,
+    start_text: Annotated[str | None, checked("From (RFC 3339, with its time zone; default: a day ago).",
+                                              _INSTANT, max_length=64, alias="start")] = None,
+    end_text: Annotated[str | None, checked("To (RFC 3339, with its time zone; default: two weeks on).",
+                                            _INSTANT, max_length=64, alias="end")] = None,
 ) -> JSONResponse:
     """Every reservation and maintenance window over a range, and the pending requests for reservations."""
     now = datetime.now(UTC)
-    start = _aware(start, "start") or now - timedelta(days=1)
-    end = _aware(end, "end") or start + timedelta(days=15)
+    start = _aware(start_text, "start") or now - timedelta(days=1)
+    end = _aware(end_text, "end") or start + timedelta(days=15)
     if end <= start:
         raise InvalidInput("end is before start", param="end")
     if end - start > MAX_RANGE:
@@ -178,9 +183,22 @@ async def reservations(
     return JSONResponse(calendar.model_dump(mode="json"))
 
 
-def _aware(value: datetime | None, param: str) -> datetime | None:
-    if value is None:
+#: A calendar's bound: an RFC 3339 time, its zone given (the calendar shows local times: a naive
+#: one would be read in whichever zone the server has).
+_INSTANT: dict[str, Any] = {"type": "string", "format": "date-time"}
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[Zz]|[+-]\d\d:\d\d)")
+
+
+def _aware(text: str | None, param: str) -> datetime | None:
+    if text is None:
         return None
-    if value.tzinfo is None:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is not None and value.tzinfo is None:
         raise InvalidInput(f"{param}: give the time zone (e.g. 2027-06-30T00:00:00Z)", param=param)
+    if value is None or not _RFC3339.fullmatch(text):
+        raise InvalidInput(f"{param} must be an RFC 3339 time (e.g. 2027-06-30T00:00:00Z), not {text[:40]!r}",
+                           param=param)
     return value
