@@ -242,7 +242,7 @@ def test_the_readme_is_a_front_door() -> None:
         assert must in text, f"the README lost {must!r}"
 
 
-def test_every_link_of_the_readme_resolves(site: Path) -> None:
+def test_every_link_of_the_readme_resolves(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from slurmtower.devcluster.cluster import DevCluster
 
     text = README.read_text()
@@ -260,7 +260,10 @@ def test_every_link_of_the_readme_resolves(site: Path) -> None:
             assert built.exists(), f"README links to {link}: not a page of the site"
             if anchor:
                 assert anchor in _ids(built.read_text()), f"README links to {link}: no such anchor in the site"
-    # the URLs to open after `make run` are the local cluster's
+    # the URLs to open after `make run` are the local cluster's (as a shell without this worker's
+    # cluster settings sees it: an xdist worker's own devcluster has ports of its own)
+    for name in ("SLURMTOWER_DEVCLUSTER_DIR", "SLURMTOWER_DEVCLUSTER_NAME", "SLURMTOWER_DEVCLUSTER_PORT_BASE"):
+        monkeypatch.delenv(name, raising=False)
     port = DevCluster(log=lambda _m: None).api_port
     for url in re.findall(r"<(http://127\.0\.0\.1:\d+[^>]*)>", text):
         assert url.startswith(f"http://127.0.0.1:{port}/"), f"README: {url} is not where `make run` serves"
