@@ -411,9 +411,10 @@ class DevCluster:
         return f"{self.slurm_prefix}/bin:{self.slurm_prefix}/sbin:"
 
     def _cmd(self) -> CommandRunner:
-        env = {"SLURM_CONF": str(self.slurm_conf)}
-        if self.slurm_prefix is not None:
-            env["PATH"] = f"{self._path_head()}{os.environ.get('PATH', '/usr/bin:/bin')}"
+        # Debian's cluster runs Debian's commands even where another release's are first on
+        # PATH (a release suite's session): 26.05's scontrol cannot ping a 22.05 slurmctld.
+        head = self._path_head() if self.slurm_prefix is not None else "/usr/bin:/usr/sbin:"
+        env = {"SLURM_CONF": str(self.slurm_conf), "PATH": f"{head}{os.environ.get('PATH', '/usr/bin:/bin')}"}
         return CommandRunner(timeout=self.runner.timeout, env=env)
 
     # -- public -----------------------------------------------------------------------
