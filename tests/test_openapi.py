@@ -94,6 +94,10 @@ def test_every_error_response_is_a_problem_not_json(document: dict[str, Any]) ->
     def allowed(method: str, path: str, code: str) -> set[str]:
         if method == "POST" and re.search(r"/actions/slurm\.", path) and code in FAILED_EXECUTION:
             return {PROBLEM, "application/json"}
+        # the agent endpoint's transport (the MCP SDK, before slurmtower's code) answers its own
+        # refusals as JSON-RPC errors, and a body not sent as JSON with its plain-text 400
+        if method == "POST" and path == "/mcp" and code in ("400", "406", "415"):
+            return {"application/json", "text/plain"} if code == "400" else {"application/json"}
         return {PROBLEM}
 
     wrong = [f"{m} {p} {code}" for m, p, op in _operations(document) for code, resp in op["responses"].items()

@@ -42,12 +42,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from slurmtower.actions.breaker import guard
 from slurmtower.actions.ownership import OwnerTag, holds_node, sanitize_who, tag_reason
 from slurmtower.actions.params import (
     RESERVATION_FLAGS,
+    RESV_NAME,
     StrList,
     _Mutating,
     _reason,
@@ -138,9 +139,32 @@ class _Window(_Mutating):
     _check_comment = field_validator("comment")(_comment)
 
 
+def _given(*names: str) -> list[dict[str, Any]]:
+    """JSON Schema: each of ``names`` given and not null (one alternative each)."""
+    return [{"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in names]
+
+
+#: The rules between create's parameters (:meth:`ReservationCreateParams._complete`), for the schema.
+_CREATE_RULES: dict[str, Any] = {"allOf": [
+    {"anyOf": _given("end_time", "duration")},
+    {"not": {"allOf": _given("end_time", "duration")}},
+    {"anyOf": _given("nodes", "node_count", "partition")},
+    {"anyOf": [{"required": [name], "properties": {name: {"anyOf": [{"type": "array", "minItems": 1},
+                                                                      {"type": "string", "pattern": "[^ ,]"}]}}}
+               for name in ("users", "accounts")]},
+]}
+
+
+#: update: not both end_time and duration (:meth:`ReservationUpdateParams._something`).
+_UPDATE_RULES: dict[str, Any] = {"not": {"allOf": _given("end_time", "duration")}}
+
+
 class ReservationCreateParams(_Window):
+    model_config = ConfigDict(json_schema_extra=_CREATE_RULES)
+
     name: str | None = Field(default=None, description="The reservation's name; generated when omitted "
-                                                       "(<first user or account>_<start yyyymmdd_HHMM>).")
+                                                       "(<first user or account>_<start yyyymmdd_HHMM>).",
+                             json_schema_extra={"anyOf": [{"type": "string", "pattern": RESV_NAME}, {"type": "null"}]})
     nodes: str | None = Field(default=None, description="The nodes (n[1-4]); or node_count, or a partition.")
     node_count: int | None = Field(default=None, gt=0, le=1_000_000, description="How many nodes Slurm picks "
                                    "(from partition, with features).")
@@ -196,7 +220,9 @@ class ReservationCreateParams(_Window):
 
 
 class ReservationUpdateParams(_Window):
-    name: str = Field(description="The reservation to change.")
+    model_config = ConfigDict(json_schema_extra=_UPDATE_RULES)
+
+    name: str = Field(description="The reservation to change.", json_schema_extra={"pattern": RESV_NAME})
     nodes: str | None = Field(default=None, description="Its new nodes (the whole list).")
     users: StrList | None = Field(default=None, description="Its new users (the whole list).")
     accounts: StrList | None = Field(default=None, description="Its new accounts (the whole list).")
@@ -225,7 +251,7 @@ class ReservationUpdateParams(_Window):
 
 
 class ReservationDeleteParams(_Mutating):
-    name: str = Field(description="The reservation to delete.")
+    name: str = Field(description="The reservation to delete.", json_schema_extra={"pattern": RESV_NAME})
     _check_name = field_validator("name")(_resv_name)
 
 

@@ -56,11 +56,29 @@ class _Relay(Response):
         await self.agent.handle(scope, receive, send)
 
 
-@router.post("/mcp", response_model=None, responses={
-    200: {"description": "The protocol's JSON-RPC answer (`application/json`); the transport's own refusals "
-                         "(a body that is no JSON-RPC message, a missing `Accept`) are JSON-RPC errors too.",
+#: The transport's own refusals (the MCP SDK's, before a tool runs): a JSON-RPC error, or its
+#: plain-text 400 for a POST whose Content-Type is not application/json.
+_TRANSPORT_REFUSALS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "Not a JSON-RPC message (a JSON-RPC error), or a body not sent as "
+                         "`Content-Type: application/json` (plain text: `Invalid Content-Type header`).",
+          "content": {"application/json": {"schema": {"type": "object"}},
+                      "text/plain": {"schema": {"type": "string"}}}},
+    406: {"description": "`Accept` names neither `application/json` nor `text/event-stream` (a JSON-RPC error).",
           "content": {"application/json": {"schema": {"type": "object"}}}},
-    **problems(*READ_PROBLEMS, 404)})
+    415: {"description": "The body is not JSON (a JSON-RPC error).",
+          "content": {"application/json": {"schema": {"type": "object"}}}},
+}
+#: The body: one JSON-RPC message of the Model Context Protocol.
+_MESSAGE = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["jsonrpc", "method"],
+    "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"},
+                   "id": {"type": ["integer", "string"]}, "params": {"type": "object"}}}}}}
+
+
+@router.post("/mcp", response_model=None, openapi_extra={"requestBody": _MESSAGE}, responses={
+    200: {"description": "The protocol's JSON-RPC answer (`application/json`): a result or a JSON-RPC error.",
+          "content": {"application/json": {"schema": {"type": "object"}}}},
+    **problems(*READ_PROBLEMS, 404), **_TRANSPORT_REFUSALS})
 async def mcp(request: Request, services: ServicesDep,
               principal: Annotated[Principal, require(Perm.READ)]) -> Response:
     """The agent endpoint (Model Context Protocol, streamable HTTP): the catalogue as tools, the cluster as reads."""
