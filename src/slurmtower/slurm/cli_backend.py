@@ -232,6 +232,7 @@ class CliSlurmClient:
         # 0.3 s and 114 MB); both say the same (tests/test_parse_fixtures.py). A line identical
         # to the previous read is not parsed again (nodes whose slurmd is silent never change),
         # and the same list comes back when no line did.
+        self.json_forms()  # asked once, before the first read (not inside a later action's timed calls)
         res = self.runner.run(["scontrol", "-o", "show", "node"], check=False)
         if res.returncode != 0:
             self._raise_failure(res.argv, res.returncode, res.stderr or res.stdout)
