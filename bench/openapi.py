@@ -81,9 +81,12 @@ EXPLAINED: tuple[tuple[str, str], ...] = (
     ("slurm", "Slurm refused what only the cluster knows (a node name squeue does not know, a feature the "
               "node does not have, a partition or time Slurm will not take): the failed execution's "
               "envelope, the status the document declares for it"),
-    ("issue45", "issue 45's routes and actions (/requests, /reservations, slurm.reservation.*), being written "
-                "beside this change: their parameters are their author's to declare"),
-    ("issue46", "issue 46's /mcp (JSON-RPC over one route), being written beside this change"),
+    ("issue45", "issue 45's routes and actions (/requests, /reservations, slurm.reservation.*): rules between "
+                "parameters and defaults (an end before the default start, an update with nothing to change, "
+                "a create without a body) and names only slurmdbd knows (accounts, users); the schemas declare "
+                "what one parameter alone can say"),
+    ("issue46", "issue 46's /mcp: the MCP SDK's transport answers before slurmtower's code (its plain 400 "
+                "without a Content-Type header for a body not sent as JSON)"),
     ("http", "uvicorn refused the request line (over its 16 KiB limit: a query of thousands of 4-byte "
              "characters) before the application saw it: no route's to document"),
 )

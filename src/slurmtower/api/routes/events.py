@@ -152,14 +152,15 @@ async def list_events(
     its last id is the next page's ``since``, its first the previous page's ``before``."""
     start = parse_time(start_text, "start") if start_text is not None else None
     end = parse_time(end_text, "end") if end_text is not None else None
+    store = _store(services)
+    name, seen = await _scope(request, services)  # an unknown cluster or a bad type is refused first
+    types = _types(type_)
     if start is not None and end is not None and end <= start:
         return []  # an empty range holds no event
-    store = _store(services)
-    name, seen = await _scope(request, services)
     # No lower bound (since, start): the newest of what matches, read newest first.
     newest = since is None and start is None
     found = await asyncio.to_thread(
-        store.query, since_id=since, before_id=before, types=_types(type_), node=node, start=start, end=end,
+        store.query, since_id=since, before_id=before, types=types, node=node, start=start, end=end,
         limit=limit, cluster=name, descending=newest,
     )
     if newest:

@@ -59,6 +59,7 @@ class _Relay(Response):
 #: The transport's own refusals (the MCP SDK's, before a tool runs): a JSON-RPC error, or its
 #: plain-text 400 for a POST whose Content-Type is not application/json.
 _TRANSPORT_REFUSALS: dict[int | str, dict[str, Any]] = {
+    202: {"description": "A JSON-RPC notification or response (no `id` to answer): accepted, no body."},
     400: {"description": "Not a JSON-RPC message (a JSON-RPC error), or a body not sent as "
                          "`Content-Type: application/json` (plain text: `Invalid Content-Type header`).",
           "content": {"application/json": {"schema": {"type": "object"}},
