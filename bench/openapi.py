@@ -33,7 +33,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from api import Report, free_port  # bench/api.py's (the bench scripts run from bench/)
 
 from slurmtower.api.security import hash_token, new_token
 from slurmtower.devcluster import DevCluster
@@ -115,24 +115,6 @@ def explain(finding: dict[str, Any]) -> str | None:
     if finding["status"] == "400" and '"status":"failed"' in answer.replace(" ", ""):
         return "slurm"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Report:
-    """Lines printed as they come and kept for the ``--output`` Markdown file."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str = "") -> None:
-        print(line, flush=True)
-        self.lines.append(line)
 
 
 class ClusterState:
