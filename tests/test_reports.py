@@ -125,6 +125,17 @@ def _run_report_jobs() -> list[int]:
         submit("root", "-J", "st-report-d", "-A", "physics", "-p", "debug", "-c", "1", *common,
                "--wrap", "srun -n 1 sleep 1"),
     ]
+    # One job suspended for 2 s while it runs: sacct and Slurm's rollup take that time off
+    # (the job-table reports must too; a suspension left by test_job_actions in the same hour
+    # once made them 1 cpu-s apart).
+    paused = submit("bob", "-J", "st-report-e", "-A", "chemistry", "-p", "debug", "-c", "1", *common,
+                    "--wrap", "sleep 3")
+    jobs.append(paused)
+    wait_for(lambda: sh("squeue", "-h", "-j", str(paused), "-o", "%T").strip() == "RUNNING", 60, 0.2,
+             what=f"job {paused} to run")
+    sh("scontrol", "suspend", str(paused))
+    time.sleep(2)  # the suspension's length is what is measured, not a wait for an event
+    sh("scontrol", "resume", str(paused))
     wait_for(lambda: _ended(jobs) and _idle(), 90, 0.5, what="the report jobs to end")
     return jobs
 
@@ -353,12 +364,14 @@ def test_day_and_month_tables_hold_what_the_hour_table_holds(reports: Reports, r
 # -- job-table sources against sacct ----------------------------------------------------------------
 
 
-def _sacct_runs(start: datetime, end: datetime, *fields: str,
-                truncate: bool = True) -> list[tuple[dict[str, str], list[dict[str, str]]]]:
+def _sacct_runs(start: datetime, end: datetime, *fields: str, truncate: bool = True,
+                jobs: list[int] | None = None) -> list[tuple[dict[str, str], list[dict[str, str]]]]:
     """Each run's line with its steps' lines (read too: with -X, TotalCPU would be 0). Every
     run of a requeued job (``--duplicates``), as the job table has them."""
     fields = ("JobIDRaw", *fields) if "JobIDRaw" not in fields else fields
     argv = ["sacct", "-a", "-n", "-P", "-D", "-S", _local(start), "-E", _local(end), "-o", ",".join(fields)]
+    if jobs:
+        argv += ["-j", ",".join(map(str, jobs))]
     out = sh(*argv, *(["-T"] if truncate else []))
     runs: list[tuple[dict[str, str], list[dict[str, str]]]] = []
     for line in filter(None, out.splitlines()):
@@ -370,8 +383,9 @@ def _sacct_runs(start: datetime, end: datetime, *fields: str,
     return runs
 
 
-def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True) -> list[dict[str, str]]:
-    return [job for job, _steps in _sacct_runs(start, end, *fields, truncate=truncate)]
+def _sacct_jobs(start: datetime, end: datetime, *fields: str, truncate: bool = True,
+                jobs: list[int] | None = None) -> list[dict[str, str]]:
+    return [job for job, _steps in _sacct_runs(start, end, *fields, truncate=truncate, jobs=jobs)]
 
 
 def _ran(job: Mapping[str, str]) -> bool:
@@ -402,6 +416,10 @@ def test_partition_and_qos_usage_agree_with_sacct(reports: Reports, rolled: Roll
     report = reports.usage(UsageQuery(start=rolled.start, end=rolled.end, group_by=group_by, tres=TRES))
     assert report.source == "job_table"
     assert {g.name: g.total_seconds for g in report.groups} == {k: v for k, v in sums.items() if any(v.values())}
+    # the range holds a suspension (the fixture's last job), taken off on both sides
+    [paused] = _sacct_jobs(rolled.start, rolled.end, "Suspended", "ElapsedRaw", "Start", "End", truncate=False,
+                           jobs=[rolled.jobs[-1]])
+    assert paused["Suspended"] not in ("", "00:00:00"), paused
     if group_by == "partition":
         assert {"batch", "debug", "short"} <= {g.partition for g in report.groups}
 

@@ -44,7 +44,8 @@ Decisions:
   (partition, QOS, efficiency, waits). Rollups cannot say the partition: their figures include
   the hidden partitions' usage (said in ``notes``).
 * **The job table** counts each job's allocated TRES x its run time clipped to the range,
-  running jobs up to now, suspended time not taken off (Slurm's rollup does take it off).
+  running jobs up to now, each suspension clipped to the range taken off (as Slurm's rollup
+  and ``sacct`` do, from ``<c>_suspend_table``).
 
 Indexes each query uses (EXPLAIN on the devcluster's MariaDB 10.11, 22.05's schema; a small
 database; at 1,000,000 jobs: bench/results/reports-2026-12-03.md), none created here:
@@ -56,7 +57,8 @@ database; at 1,000,000 jobs: bench/results/reports-2026-12-03.md), none created 
 * job-table usage and waits: ``rollup2 (time_end, time_eligible)``, range on ``time_end``
   (``FORCE INDEX``: on its own MariaDB scanned the table at 300,000 jobs and more), under
   slurmdbd's own rollup condition; usage reads only the jobs whose ``tres_alloc`` names a
-  TRES asked;
+  TRES asked, then the suspensions of those with a suspended time by ``PRIMARY (job_db_inx,
+  time_start)`` of ``<c>_suspend_table``, 1,000 jobs a query;
 * efficiency: ``rollup2 (time_end, time_eligible)``, range on ``time_end`` (``FORCE INDEX``),
   the steps joined by ``PRIMARY (job_db_inx, id_step, ...)``, grouped by job in a derived
   table (a temporary table; ``LIMIT`` the job bound), then by association: MariaDB adds the
@@ -222,6 +224,8 @@ class ReportTables:
     assoc_usage: Mapping[str, Table]
     event: Table
     qos: Table
+    suspend: Table
+    """``<c>_suspend_table``: one row per suspension, ``time_end`` 0 while it lasts."""
 
 
 def build_report_tables(cluster: str, *, job_table: str) -> ReportTables:
@@ -263,7 +267,12 @@ def build_report_tables(cluster: str, *, job_table: str) -> ReportTables:
     )
     qos = Table("qos_table", md, Column("id", Integer, primary_key=True), Column("deleted", SmallInteger),
                 Column("name", Text))
-    return ReportTables(job=job, usage=usage, assoc_usage=assoc_usage, event=event, qos=qos)
+    suspend = Table(
+        f"{cluster}_suspend_table", md,
+        Column("job_db_inx", BigInteger, primary_key=True), Column("time_start", BigInteger, primary_key=True),
+        Column("time_end", BigInteger),
+    )
+    return ReportTables(job=job, usage=usage, assoc_usage=assoc_usage, event=event, qos=qos, suspend=suspend)
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -488,6 +497,19 @@ class Reports:
                                param="start")
         return list(rows)
 
+    def _suspensions(self, conn: Connection, rng: _Range, jobs: list[int]) -> dict[int, list[tuple[int, int]]]:
+        """The suspensions of ``jobs`` (their ``time_suspended`` is not 0) that overlap the
+        range, by ``PRIMARY (job_db_inx, time_start)``: (start, end), end 0 while it lasts."""
+        s = self.tables.suspend
+        out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for i in range(0, len(jobs), 1000):
+            stmt = select(s.c.job_db_inx, s.c.time_start, s.c.time_end).where(
+                s.c.job_db_inx.in_(jobs[i : i + 1000]), s.c.time_start > 0, s.c.time_start < rng.end,
+                or_(s.c.time_end >= rng.start, s.c.time_end == 0))
+            for r in conn.execute(stmt):
+                out[int(r.job_db_inx)].append((int(r.time_start), int(r.time_end)))
+        return out
+
     def _job_filters(self, conn: Connection, users: list[str], accounts: list[str]) -> list[ColumnElement[bool]]:
         j, a = self.tables.job, self.db.tables.assoc
         conds: list[ColumnElement[bool]] = [j.c.deleted == 0, *self._hidden(j.c.partition)]
@@ -579,8 +601,8 @@ class Reports:
         if group_by in ("cluster", "account", "user", "account+user") and self.db.hidden_partitions:
             notes.append("rollups do not say the partition: hidden partitions' usage is included")
         if group_by in ("partition", "qos"):
-            notes.append("each job's allocated TRES x its run time within the range; running jobs up to now; "
-                         "suspended time not taken off")
+            notes.append("each job's allocated TRES x its run time within the range, suspended time taken off; "
+                         "running jobs up to now")
         return notes
 
     def _grain(self, start: int, end: int, period: str, rollup: str) -> str:
@@ -703,21 +725,31 @@ class Reports:
         j = self.tables.job
         now = int(datetime.now(UTC).timestamp())
         key_col = j.c.partition if group_by == "partition" else j.c.id_qos
-        stmt = self._by_end(select(key_col.label("key"), j.c.time_start, j.c.time_end, j.c.tres_alloc).where(
+        stmt = self._by_end(select(key_col.label("key"), j.c.job_db_inx, j.c.time_start, j.c.time_end,
+                                   j.c.time_suspended, j.c.tres_alloc).where(
             *self._ran_in(rng.start, rng.end), self._carries(tres), *self._job_filters(conn, users, accounts)))
         tres_names = self.db._tres(conn)
         qos = self._qos(conn) if group_by == "qos" else {}
+        rows = self._job_rows(conn, stmt)
+        suspended = self._suspensions(conn, rng, [int(r.job_db_inx) for r in rows if r.time_suspended])
         acc: dict[tuple[str, ...], dict[tuple[int, str], int]] = defaultdict(lambda: defaultdict(int))
-        for r in self._job_rows(conn, stmt):
+        for r in rows:
             counts = parse_tres(r.tres_alloc, tres_names)
             wanted = {name: counts[name] for name in tres if counts.get(name)}
             if not wanted:
                 continue
             key = (str(r.key) if group_by == "partition" else qos.get(int(r.key), str(r.key)),)
             cell = acc[key]
-            for i, secs in rng.split(int(r.time_start), int(r.time_end) or now):
+            t0, t1 = int(r.time_start), int(r.time_end) or now
+            for i, secs in rng.split(t0, t1):
                 for name, count in wanted.items():
                     cell[(i, name)] += count * secs
+            # Slurm's rollup (as_mysql_rollup.c) and sacct take each suspension off, clipped to
+            # the run and the range; one still lasting (time_end 0) up to the run's end.
+            for s0, s1 in suspended.get(int(r.job_db_inx), ()):
+                for i, secs in rng.split(max(s0, t0), min(s1 or t1, t1)):
+                    for name, count in wanted.items():
+                        cell[(i, name)] -= count * secs
         field_name = "partition" if group_by == "partition" else "qos"
         return self._groups(rng, tres, {k: ({"name": k[0], field_name: k[0]}, v) for k, v in acc.items()})
 
