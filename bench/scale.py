@@ -595,6 +595,8 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
     wall = t1 - t0
+    by_type = sorted(((t - rpc0.get(n, (0, 0))[1], n) for n, (_c, t) in rpc1.items() if n not in BACKGROUND_RPCS),
+                     reverse=True)
     reads = rpc1.get("REQUEST_JOB_INFO", (0, 0))[0] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[0]
     read_us = rpc1.get("REQUEST_JOB_INFO", (0, 0))[1] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[1]
     return {
@@ -614,6 +616,7 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
         "state_reads": float(rpc1.get("REQUEST_JOB_STATE", (0, 0))[0] - rpc0.get("REQUEST_JOB_STATE", (0, 0))[0]),
         "bad_status": float(sum(1 for s in statuses if s != 200)),
         "ctld_pct": 100 * ctld_s / wall,
+        "ctld_top": ", ".join(f"{n.removeprefix('REQUEST_')} {us / 1000:,.0f}" for us, n in by_type[:3] if us > 0),
         "rpcs_per_s": rpcs / wall,
         "adapted": adapted_interval(scrape),
     }
@@ -796,6 +799,25 @@ def resume(nodes: NodeSet, env: dict[str, str]) -> None:
     log(f"warning: {out.strip()} still drained")
 
 
+def settle(nodes: NodeSet, env: dict[str, str], *, after: float = 25.0, still: float = 10.0,
+           most: float = 120.0) -> float:
+    """Wait until the states of ``nodes`` (drained and resumed by the run before) stop
+    changing: at least ``after`` s (22.05 turns a resumed never-registered node down* 20 s
+    later, and slurmctld's RPCs wait on its locks meanwhile: a poll window over it counted
+    1.4 s of RPC time per wall second), then unchanged for ``still`` s. Returns the wait."""
+    t0 = time.monotonic()
+    last, since = "", t0
+    while time.monotonic() - t0 < most:
+        now = subprocess.run(["sinfo", "-h", "-N", "-n", str(nodes), "-o", "%N %T"], capture_output=True, text=True,
+                             env=env, check=False, timeout=60).stdout
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - t0 >= after and time.monotonic() - since >= still:
+            break
+        time.sleep(2)
+    return time.monotonic() - t0
+
+
 # -- the run ----------------------------------------------------------------------------
 def rest_headers(settings_file: Path) -> dict[str, str]:
     settings = load_settings(settings_file, environ={})
@@ -871,6 +893,8 @@ def measure_size(cluster: DevCluster, queue: Queue, args: argparse.Namespace, re
         TARGETS.setdefault(column_key, {}).update(w)
         TARGETS[column_key]["fresh"] = fresh
         col["slurmctld time in RPCs, one poller (% of wall)"] = f"{w['ctld_pct']:.2f} ({w['rpcs_per_s']:.2f} RPC/s)"
+        col["slurmctld ms in that window by message type (the three most; sdiag, lock waits included)"] = (
+            w["ctld_top"] or "none")
         col["queue reads in that window: every ... s, slurmctld ms each (REQUEST_JOB_INFO)"] = (
             f"{w['wall'] / w['job_reads']:.1f} s, {w['job_read_ms']:,.0f} ms" if w["job_reads"] else "none")
         col["refresh interval in force at the window's end (api.refresh_cpu_share, refresh_controller_share)"] = (
@@ -1077,6 +1101,9 @@ def run_release(args: argparse.Namespace, prefix: Path | None, sizes: list[int],
             log(f"  {queue.jobs:,} jobs in {queue.records:,} records; this step {calls_rate:,.0f} sbatch/s, "
                 f"{jobs_rate:,.0f} jobs/s")
             for run in range(args.runs):
+                if run > 0:  # the run before drained and resumed a set: its states settle first
+                    before = drain_sets[(step * args.runs + run - 1) % len(drain_sets)]
+                    log(f"  {before}'s states settled in {settle(before, env):.0f} s")
                 # each run on the same queue drains a set of its own (see drain_sets above)
                 drain_set = drain_sets[(step * args.runs + run) % len(drain_sets)]
                 drained = drained | drain_set
