@@ -243,9 +243,14 @@ def adopt_leftovers(queue: Queue, env: dict[str, str]) -> None:
 
 
 def squeue_count(env: dict[str, str], *flags: str) -> int:
-    out = subprocess.run(["squeue", "-h", *flags, "-n", ",".join(ALL_NAMES), "-o", "%i"], capture_output=True,
-                         text=True, env=env, check=True, timeout=300).stdout
-    return len(out.splitlines())
+    for attempt in range(3):
+        done = subprocess.run(["squeue", "-h", *flags, "-n", ",".join(ALL_NAMES), "-o", "%i"], capture_output=True,
+                              text=True, env=env, check=False, timeout=300)
+        if done.returncode == 0:
+            return len(done.stdout.splitlines())
+        log(f"  squeue failed ({done.stderr.strip()[:200]}): again ({attempt + 2}/3)")
+        time.sleep(5)
+    raise SystemExit("squeue failed three times")
 
 
 # -- processes ------------------------------------------------------------------------
@@ -799,23 +804,39 @@ def resume(nodes: NodeSet, env: dict[str, str]) -> None:
     log(f"warning: {out.strip()} still drained")
 
 
+_SDIAG_GAUGE = re.compile(r"^(Server thread count|Agent queue size|Agent count|Agent thread count):\s+(\d+)", re.M)
+
+
 def settle(nodes: NodeSet, env: dict[str, str], *, after: float = 25.0, still: float = 10.0,
-           most: float = 120.0) -> float:
-    """Wait until the states of ``nodes`` (drained and resumed by the run before) stop
-    changing: at least ``after`` s (22.05 turns a resumed never-registered node down* 20 s
-    later, and slurmctld's RPCs wait on its locks meanwhile: a poll window over it counted
-    1.4 s of RPC time per wall second), then unchanged for ``still`` s. Returns the wait."""
+           most: float = 300.0) -> tuple[float, dict[str, int]]:
+    """Wait until slurmctld is done with ``nodes`` (drained and resumed by the run before):
+    at least ``after`` s (22.05 turns a resumed never-registered node down* 20 s later),
+    then for ``still`` s their states unchanged and slurmctld idle (sdiag: no agent queued
+    or running, at most 3 server threads). Without it, in a first try of --runs 3, the runs
+    after the first counted 76-149 % of wall in slurmctld's RPCs (its agent contacting the
+    1,000 resumed nodes, which have no slurmd: RPCs wait on its locks) and a squeue right
+    after the node states settled failed. Returns the wait and the most of each sdiag gauge
+    seen meanwhile."""
     t0 = time.monotonic()
     last, since = "", t0
+    peak: dict[str, int] = {}
+    gauges: dict[str, int] = {}
     while time.monotonic() - t0 < most:
         now = subprocess.run(["sinfo", "-h", "-N", "-n", str(nodes), "-o", "%N %T"], capture_output=True, text=True,
                              env=env, check=False, timeout=60).stdout
-        if now != last:
+        diag = subprocess.run(["sdiag"], capture_output=True, text=True, env=env, check=False, timeout=60)
+        gauges = {m[1]: int(m[2]) for m in _SDIAG_GAUGE.finditer(diag.stdout)}
+        for name, value in gauges.items():
+            peak[name] = max(peak.get(name, 0), value)
+        quiet = (diag.returncode == 0 and len(gauges) == 4 and gauges["Server thread count"] <= 3
+                 and gauges["Agent queue size"] == gauges["Agent count"] == gauges["Agent thread count"] == 0)
+        if now != last or not quiet:
             last, since = now, time.monotonic()
         elif time.monotonic() - t0 >= after and time.monotonic() - since >= still:
-            break
+            return time.monotonic() - t0, peak
         time.sleep(2)
-    return time.monotonic() - t0
+    log(f"  warning: slurmctld not quiet {most:.0f} s after {nodes} were resumed (sdiag: {gauges})")
+    return time.monotonic() - t0, peak
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -1103,7 +1124,8 @@ def run_release(args: argparse.Namespace, prefix: Path | None, sizes: list[int],
             for run in range(args.runs):
                 if run > 0:  # the run before drained and resumed a set: its states settle first
                     before = drain_sets[(step * args.runs + run - 1) % len(drain_sets)]
-                    log(f"  {before}'s states settled in {settle(before, env):.0f} s")
+                    waited, peak = settle(before, env)
+                    log(f"  {before} settled and slurmctld quiet after {waited:.0f} s (sdiag's most meanwhile: {peak})")
                 # each run on the same queue drains a set of its own (see drain_sets above)
                 drain_set = drain_sets[(step * args.runs + run) % len(drain_sets)]
                 drained = drained | drain_set
