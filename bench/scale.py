@@ -1166,8 +1166,7 @@ def run_release(args: argparse.Namespace, prefix: Path | None, sizes: list[int],
             log(f"--keep-queue: the lab stays up (devcluster down --dir {lab_dir} stops it)")
         elif not was_up:
             cluster.down()
-            for saved in (cluster.root / "state").glob("node_state*"):
-                saved.unlink()
+            cluster.forget_node_states()
         elif was_nodes != args.nodes:
             log(f"  the lab had {was_nodes} nodes: bringing it back")
             DevCluster(root=lab_dir, cluster_name=lab_name, port_base=lab_port_base(was_nodes), nodes=was_nodes,
@@ -1228,6 +1227,12 @@ def main() -> None:
     queues: list[Queue] = []
     for prefix in prefixes:
         queues.append(run_release(args, prefix, sizes, columns, header))
+        write_results(args, columns, header, queues)  # each release's columns kept as it ends
+
+
+def write_results(args: argparse.Namespace, columns: dict[str, dict[str, str]], header: list[str],
+                  queues: list[Queue]) -> None:
+    header = list(header)
     if columns:
         submitted = [q for q in queues if q.submit_s > 0]
         for q in submitted:

@@ -457,10 +457,19 @@ class DevCluster:
         come back only this way. Jobs are kept.
         """
         self._stop([("slurmctld", _read_pid(self.run_dir / "slurmctld.pid"))])
-        for saved in (self.root / "state").glob("node_state*"):
-            saved.unlink()
+        self.forget_node_states()
         self._start_slurmctld()
         self._wait_idle()
+
+    def forget_node_states(self) -> None:
+        """Remove slurmctld's saved node states (slurmctld stopped), so that its next start
+        takes every node as slurm.conf defines it. The ``clustername`` file goes too: from
+        23.11 on (seen on 26.05) slurmctld refuses to start without a node state file where
+        that file says the cluster ran before ("fatal: No node state file ... to recover");
+        it writes it again from slurmdbd's cluster id."""
+        state = self.root / "state"
+        for saved in [*state.glob("node_state*"), *state.glob("clustername")]:
+            saved.unlink()
 
     def is_up(self) -> bool:
         if _read_pid(self.run_dir / "slurmctld.pid") is None:
