@@ -441,8 +441,7 @@ def scale_cluster() -> Iterator[DevCluster]:
 def _forget_node_states(cluster: DevCluster) -> None:
     """The next `up` of a stopped lab starts every node as slurm.conf says (unknown*, not down*)."""
     if not cluster.is_up():
-        for saved in (cluster.root / "state").glob("node_state*"):
-            saved.unlink()
+        cluster.forget_node_states()
 
 
 def scale_sh(cluster: DevCluster, *argv: str, check: bool = True, timeout: float = 60) -> str:
