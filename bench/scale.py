@@ -362,16 +362,22 @@ def rpc_times(env: dict[str, str]) -> dict[str, tuple[int, int]]:
     return {m[1]: (int(m[2]), int(m[3])) for m in _RPC.finditer(section)}
 
 
-def rpc_delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[int, float]:
-    """(RPC count, controller seconds) added between two sdiag readings, background left out."""
-    count, micros = 0, 0
+def rpc_by_type(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """``{message type: (RPC count, controller µs)}`` added between two sdiag readings,
+    background left out."""
+    out = {}
     for name, (c, t) in after.items():
         if name in BACKGROUND_RPCS:
             continue
         c0, t0 = before.get(name, (0, 0))
-        count += c - c0
-        micros += t - t0
-    return count, micros / 1e6
+        out[name] = (c - c0, t - t0)
+    return out
+
+
+def rpc_delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[int, float]:
+    """(RPC count, controller seconds) added between two sdiag readings, background left out."""
+    added = rpc_by_type(before, after).values()
+    return sum(c for c, _t in added), sum(t for _c, t in added) / 1e6
 
 
 # -- HTTP -----------------------------------------------------------------------------
@@ -600,8 +606,7 @@ def poll_window(serve: Serve, headers: dict[str, str], env: dict[str, str], wind
     rpc1 = rpc_times(env)
     rpcs, ctld_s = rpc_delta(rpc0, rpc1)
     wall = t1 - t0
-    by_type = sorted(((t - rpc0.get(n, (0, 0))[1], n) for n, (_c, t) in rpc1.items() if n not in BACKGROUND_RPCS),
-                     reverse=True)
+    by_type = sorted(((us, n) for n, (_c, us) in rpc_by_type(rpc0, rpc1).items()), reverse=True)
     reads = rpc1.get("REQUEST_JOB_INFO", (0, 0))[0] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[0]
     read_us = rpc1.get("REQUEST_JOB_INFO", (0, 0))[1] - rpc0.get("REQUEST_JOB_INFO", (0, 0))[1]
     return {

@@ -463,10 +463,10 @@ class DevCluster:
 
     def forget_node_states(self) -> None:
         """Remove slurmctld's saved node states (slurmctld stopped), so that its next start
-        takes every node as slurm.conf defines it. The ``clustername`` file goes too: from
-        23.11 on (seen on 26.05) slurmctld refuses to start without a node state file where
-        that file says the cluster ran before ("fatal: No node state file ... to recover");
-        it writes it again from slurmdbd's cluster id."""
+        takes every node as slurm.conf defines it. The ``clustername`` file goes too: 26.05's
+        slurmctld refuses to start without a node state file where that file says the
+        cluster ran before ("fatal: No node state file ... to recover"; 23.11's only logs
+        it); it writes the file again from slurmdbd's cluster id."""
         state = self.root / "state"
         for saved in [*state.glob("node_state*"), *state.glob("clustername")]:
             saved.unlink()
