@@ -22,6 +22,7 @@ import pytest
 from slurmtower.api import create_app
 from slurmtower.api.security import hash_token
 from slurmtower.devcluster import DevCluster
+from slurmtower.live.budget import POLL_PART
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.live.usage import build_usage
 from slurmtower.models import Job, JobState, Node, NodeState, Partition
@@ -547,6 +548,40 @@ def test_node_states_come_from_the_sensors_polls_between_full_reads(settings: Se
             sh("scontrol", "update", "nodename=n2", "state=resume")
         wait_for(lambda: "DRAIN" not in n2(http)[0].get("flags", []), 10, 0.1, what="the poll to show the resume")
         wait_for(lambda: "state_as_of" not in n2(http)[0], 5, 0.1, what=f"{n2(http)[0]} as in the full read")
+
+
+def test_the_sensors_polls_keep_within_their_part_of_slurmctlds_share(
+        settings: Settings, devcluster: DevCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensor's polls are part of api.refresh_controller_share: measured (sdiag around a
+    poll), spaced so they take at most a quarter of it, and counted by the planner of the
+    full reads. A 4-node poll costs slurmctld about a millisecond: in a share of 0.04 %, one
+    poll every ~10 s instead of events.poll_interval's 0.2 s."""
+    settings.events.sensor_enabled = True
+    settings.events.poll_interval = 0.2
+    settings.api.refresh_controller_share = 0.0004
+    settings.archiver.archive_usage_load = False
+    settings.auth.anonymous_read = True
+    app = create_app(settings)
+    with running(app) as http:
+        assert http.get("/nodes").status_code == 200
+        services = app.state.services
+        pace = services.poll_pace
+        assert pace is not None
+        wait_for(lambda: pace.cost > 0, 15, 0.1, what="a poll measured")
+        assert pace.interval > 2.0, (pace.cost, pace.interval)  # 0.2 s unpaced
+        assert services.snapshots.other_controller_load() == pytest.approx(pace.load)
+        assert pace.load <= 0.0004 * POLL_PART + 1e-12
+        polls: list[float] = []
+        sensor = services.sensor
+        real = sensor.poll
+
+        def counted() -> Any:
+            polls.append(time.monotonic())
+            return real()
+
+        monkeypatch.setattr(sensor, "poll", counted)
+        time.sleep(2.0)  # a window to count polls in: ten at events.poll_interval
+        assert len(polls) <= 1, polls
 
 
 def _squeue_ids() -> list[int]:

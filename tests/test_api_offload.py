@@ -19,6 +19,7 @@ import pytest
 from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
 from slurmtower.live import worker as refresh_worker
+from slurmtower.live.budget import MEASURE_EVERY, RpcMeter
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
 from slurmtower.slurm import make_client
@@ -267,25 +268,24 @@ def test_the_controllers_time_per_round_is_measured_around_the_rounds_own_read(
     """sdiag's own average runs from its last reset: at a queue that grew since, it is far below
     what a read costs now, and a refresh interval bounded by slurmctld's share would stay too
     short; a span between two rounds holds others' calls too. The worker reads sdiag just
-    before and just after a round's read (the first round, then every CONTROLLER_EVERY s)."""
+    before and just after a round's read (the first round, then every MEASURE_EVERY s)."""
     monkeypatch.setattr(refresh_worker, "_client", make_client(settings))
-    for name, fresh in (("_rpc_seconds", {}), ("_rpc_measured", set()), ("_rpc_read", [-1e9]),
-                        ("_rpc_reads", [0])):
-        monkeypatch.setattr(refresh_worker, name, fresh)
+    meter = RpcMeter(refresh_worker._rpc_totals_now)
+    monkeypatch.setattr(refresh_worker, "_meter", meter)
     rpcs = ("REQUEST_JOB_INFO",)
-    assert refresh_worker._controller_due(rpcs)  # the first round is measured
-    before = refresh_worker._rpc_totals_now()
+    assert meter.due(rpcs)  # the first round is measured
+    before = meter.before(rpcs)
     assert before is not None and "REQUEST_JOB_INFO" in before
     for _ in range(3):  # the round's read (three calls)
         sh("squeue", "-h")
-    seconds = refresh_worker._controller_seconds(rpcs, before)
+    seconds = meter.after(rpcs, before)
     after = refresh_worker._rpc_totals_now()
     assert after is not None
     (count0, total0), (count1, total1) = before["REQUEST_JOB_INFO"], after["REQUEST_JOB_INFO"]
-    assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in refresh_worker._rpc_measured
+    assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in meter.measured
     assert 0 < seconds <= (total1 - total0) / 3 / 1e6  # per call, from these calls only
-    # Measured: the next rounds are not, until CONTROLLER_EVERY has passed; they keep the figure.
-    assert not refresh_worker._controller_due(rpcs)
-    assert refresh_worker._controller_seconds(rpcs, None) == seconds and refresh_worker._rpc_reads == [1]
-    refresh_worker._rpc_read[0] -= refresh_worker.CONTROLLER_EVERY
-    assert refresh_worker._controller_due(rpcs)
+    # Measured: the next rounds are not, until MEASURE_EVERY has passed; they keep the figure.
+    assert not meter.due(rpcs) and meter.before(rpcs) is None
+    assert meter.after(rpcs, None) == seconds and meter.reads == 1
+    meter.last -= MEASURE_EVERY
+    assert meter.due(rpcs)

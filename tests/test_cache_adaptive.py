@@ -152,3 +152,79 @@ def test_slurmctlds_share_is_split_between_full_reads_state_reads_and_the_sensor
     assert cache.interval == pytest.approx(20.0)  # 0.3 s in the 1.5 % left
     cache.other_controller_load = lambda: 0.05  # the rest taken: the full reads keep a quarter
     assert cache.interval == pytest.approx(24.0)
+
+
+def test_slurmctlds_share_bounds_the_full_reads_past_max_refresh_interval() -> None:
+    """What the CPU asks is bounded by max_interval; what slurmctld's share asks is not (at
+    200,000 jobs a full read took 1.6 s of slurmctld: every 60 s, 2.7 % on top of the state
+    reads and the polls, past the share)."""
+    cache = SnapshotCache(refresh_interval=1, slurm_wait=5, cpu_share=0.25, controller_share=0.04, max_interval=60)
+    cache.register("jobs", lambda: None)
+    entry = cache._entries["jobs"]
+    entry.asked_mono = cache.clock()
+    entry.cost = 100.0  # CPU alone would ask 400 s: held at 60
+    assert cache.interval == pytest.approx(60.0)
+    entry.controller = 1.6  # 1.6 s of slurmctld in the 4 % share: every 40 s
+    assert cache.interval == pytest.approx(60.0)
+    cache.other_controller_load = lambda: 0.03  # the polls take 3 %: 1 % left, every 160 s
+    assert cache.interval == pytest.approx(160.0)
+
+
+def test_the_sensors_poll_is_paced_within_its_part_of_the_share() -> None:
+    """A poll that costs slurmctld more than a quarter of the share over events.poll_interval
+    is spaced so it does not (at most max_refresh_interval apart); unmeasured or unbounded, the
+    poll interval is the setting's."""
+    from slurmtower.live.budget import POLL_PART, POLL_RPCS, PollPace, RpcMeter, poll_load
+
+    totals = {"REQUEST_NODE_INFO": (10, 10_000), "REQUEST_PARTITION_INFO": (10, 1_000)}
+    meter = RpcMeter(lambda: dict(totals))
+    pace = PollPace(base=1.0, share=0.04, max_interval=60, meter=meter)
+    assert pace.interval == 1.0 and pace.load == 0.0  # nothing measured yet
+
+    def poll() -> None:  # one sinfo under a busy scheduler: 50 ms + 5 ms of slurmctld
+        totals["REQUEST_NODE_INFO"] = (totals["REQUEST_NODE_INFO"][0] + 1, totals["REQUEST_NODE_INFO"][1] + 50_000)
+        totals["REQUEST_PARTITION_INFO"] = (totals["REQUEST_PARTITION_INFO"][0] + 1,
+                                            totals["REQUEST_PARTITION_INFO"][1] + 5_000)
+
+    pace.poll(poll)
+    assert pace.cost == pytest.approx(0.055)
+    assert pace.interval == pytest.approx(0.055 / (0.04 * POLL_PART))  # 5.5 s: 1 % of slurmctld
+    assert pace.load == pytest.approx(0.04 * POLL_PART)
+    assert set(POLL_RPCS) == meter.measured
+    pace.poll(poll)  # within MEASURE_EVERY: not measured again (no sdiag read), the cost kept
+    assert meter.reads == 1 and pace.cost == pytest.approx(0.055)
+    pace.share = 0.0001
+    assert pace.interval == 60.0  # at most max_interval apart
+    pace.share = 0
+    assert pace.interval == 1.0  # not bounded
+    # a process without the sensor counts the polls at the pace the sensor keeps
+    assert poll_load(0.055, 1.0, 0.04, 60) == pytest.approx(0.01)
+    assert poll_load(0.005, 1.0, 0.04, 60) == pytest.approx(0.005)  # cheap polls: every second
+    assert poll_load(0.0, 1.0, 0.04, 60) == 0.0
+
+
+def test_a_read_is_costed_at_the_mean_of_its_types_calls_since_the_last_reading() -> None:
+    """Lock waits come and go with the scheduler's cycles: a read is costed at the mean of
+    every call of its types since the meter's last reading (at most WINDOW s back), not at
+    the one call measured; a reading older than that starts no window."""
+    from slurmtower.live.budget import MEASURE_EVERY, WINDOW, RpcMeter
+
+    now = [0.0]
+    totals = {"REQUEST_JOB_STATE": (0, 0)}
+
+    def calls(n: int, us: int) -> None:
+        c, t = totals["REQUEST_JOB_STATE"]
+        totals["REQUEST_JOB_STATE"] = (c + n, t + n * us)
+
+    meter = RpcMeter(lambda: dict(totals), clock=lambda: now[0])
+    rpcs = ("REQUEST_JOB_STATE",)
+    assert meter.measure(rpcs, lambda: calls(1, 20_000)) == pytest.approx(0.020)  # the first: around it
+    now[0] += 1.5
+    assert meter.measure(rpcs, lambda: calls(1, 90_000)) == pytest.approx(0.020)  # not due: kept
+    calls(11, 60_000)  # the reads in between, unmeasured: 60 ms each
+    now[0] += MEASURE_EVERY
+    # the window: 13 calls since the last reading (90 + 11 x 60 + 30 ms) = 60 ms each
+    assert meter.measure(rpcs, lambda: calls(1, 30_000)) == pytest.approx(0.060)
+    calls(5, 200_000)
+    now[0] += WINDOW + 1  # too old a reading: around the read only
+    assert meter.measure(rpcs, lambda: calls(1, 25_000)) == pytest.approx(0.025)

@@ -117,15 +117,18 @@ class ApiSettings(_Section):
     """The share of one core that refreshing every live resource once per interval may cost;
     when the measured rounds cost more (a big queue), the interval grows so they don't. 0: fixed."""
     refresh_controller_share: float = Field(default=0.045, ge=0, le=1)
-    """The same for slurmctld: the share of its time that slurmtower's refresh RPCs may take
-    (their recent average time in sdiag; measured when the refresh worker reads); the
-    sensor's poll (one node RPC a second, ~2 % at 5,000 nodes) comes on top. 0: not bounded."""
+    """The same for slurmctld: the share of its time that all of slurmtower's reads may take
+    (each RPC type's time in sdiag, measured around the reads themselves): the sensor's node
+    polls at most a quarter of it (``events.poll_interval`` stretched past that), the job
+    state reads at most half, the full reads what is left (at least a quarter). 0: not bounded."""
     refresh_ahead: bool = True
     """While clients read a live resource, start its next Slurm read on a timer so that its
     data is taken as the interval ends (a 2 s poller of a queue refreshed every 6 s sees data
     0-6 s old instead of up to 14 s); off: the first request past the interval starts it."""
     max_refresh_interval: float = Field(default=60.0, gt=0)
-    """The interval never grows past this many seconds, whatever refreshing costs."""
+    """The refresh interval grows past this many seconds only for slurmctld's share
+    (``refresh_controller_share``), never for the CPU's; the state reads and the sensor's
+    polls are never further apart."""
     slurm_wait: float = Field(default=4.0, gt=0)
     """How long a request waits for Slurm, in all (the resources of one view are asked at
     once), before answering with the last snapshot marked stale, or a 503 without one. A
@@ -287,6 +290,10 @@ class ActionSettings(_Section):
 
 class EventSettings(_Section):
     poll_interval: float = Field(default=1.0, gt=0)
+    """Seconds between two polls of the node states (transitions no trigger reports), or
+    longer when a poll costs slurmctld more than a quarter of ``api.refresh_controller_share``
+    over it (at most ``api.max_refresh_interval``); rules run on the events others recorded
+    (alerts) every this many seconds."""
     retention_days: float = Field(default=90.0, gt=0)
     callback_host: str = "127.0.0.1"
     """Host the notify program posts to (the sensor's receiver)."""

@@ -321,10 +321,11 @@ class SnapshotCache:
     def interval(self) -> float:
         """The refresh interval in force: ``refresh_interval``, or longer when one refresh of
         every resource clients read lately costs more than ``cpu_share`` of a core, or more
-        than ``controller_share`` of slurmctld's time, over it (at most ``max_interval``). A
-        follower of the shared snapshot uses its refresher's."""
+        than ``controller_share`` of slurmctld's time, over it (what the CPU asks at most
+        ``max_interval``; what slurmctld's share asks, past it). A follower of the shared
+        snapshot uses its refresher's."""
         if self.followed_interval is not None and self.shared is not None and self.shared.following:
-            return min(self.max_interval, max(self.refresh_interval, self.followed_interval))
+            return max(self.refresh_interval, self.followed_interval)  # the refresher's bounds
         # (Asked several times per request: one pass over the entries, no lists.)
         cost = controller = 0.0
         for e in self._entries.values():
@@ -369,9 +370,13 @@ class SnapshotCache:
         wanted = self.refresh_interval
         if self.cpu_share > 0:
             wanted = max(wanted, cost / self.cpu_share)
+        wanted = min(self.max_interval, wanted)
         if self.controller_share > 0:
+            # slurmctld's share is the one bound the interval passes ``max_interval`` for:
+            # the controller serves the whole cluster, the full records' age says what it
+            # costs (X-Data-Age), and the job states stay fresh between (X-State-Age).
             wanted = max(wanted, controller / self._controller_left())
-        return min(self.max_interval, wanted)
+        return wanted
 
     def cost(self, resource: str) -> float:
         """CPU seconds one refresh of ``resource`` costs (moving average; 0 before the first)."""

@@ -40,6 +40,7 @@ from pydantic_core import to_json
 
 from slurmtower.errors import SlurmtowerError, SlurmUnavailable
 from slurmtower.live import malloc
+from slurmtower.live.budget import RpcMeter, sdiag_totals
 from slurmtower.settings import Settings
 from slurmtower.slurm import make_client
 
@@ -187,59 +188,19 @@ def _pickled_error(exc: SlurmtowerError) -> bytes:
 
 #: resource -> (the client's last answer, as returned), to tell an unchanged answer.
 _last: dict[str, Any] = {}
-#: The time (seconds) of one call of each RPC type, measured by reading sdiag's per-type
-#: (count, total_time_us) just before and just after a round's read, at most every
-#: CONTROLLER_EVERY seconds: the round's own calls (and any made by others meanwhile), not
-#: sdiag's average since its last reset (midnight), which a queue grown since makes too low,
-#: nor one over a span where others' calls wait on slurmctld's locks.
-_rpc_seconds: dict[str, float] = {}
-#: The RPC types measured so at least once.
-_rpc_measured: set[str] = set()
-_rpc_read = [-1e9]
-CONTROLLER_EVERY = 20.0
-#: While a type is unmeasured (its count did not move during a round), measure again at the
-#: next round, at most this many times (a type sdiag never shows must not cost two reads a round).
-CONTROLLER_FIRST_READS = 5
-_rpc_reads = [0]
-
-
 def _rpc_totals_now() -> dict[str, tuple[int, int]] | None:
     """sdiag's (count, total_time_us) per RPC type now; None when sdiag does not answer."""
-    try:
-        stats = _client.stats()
-    except SlurmtowerError:
-        return None
-    return {r.name: (r.count, r.total_time_us) for r in stats.rpcs_by_type if r.total_time_us is not None}
+    return sdiag_totals(_client)
 
 
-def _controller_due(rpcs: tuple[str, ...]) -> bool:
-    """Whether this round's read of ``rpcs`` is to be measured (sdiag around it)."""
-    if not rpcs:
-        return False
-    unmeasured = not _rpc_measured.issuperset(rpcs) and _rpc_reads[0] < CONTROLLER_FIRST_READS
-    return unmeasured or time.monotonic() - _rpc_read[0] >= CONTROLLER_EVERY
-
-
-def _controller_seconds(rpcs: tuple[str, ...], before: dict[str, tuple[int, int]] | None) -> float:
-    """slurmctld seconds one round of ``rpcs`` costs: measured from ``before`` (sdiag's totals
-    read just before the round's read; None: not measured this round) to now, else the last
-    measurement (0 before the first)."""
-    if before is not None:
-        _rpc_read[0] = time.monotonic()
-        _rpc_reads[0] += 1
-        after = _rpc_totals_now() or {}
-        for name in rpcs:
-            b, a = before.get(name), after.get(name)
-            if b is not None and a is not None and a[0] > b[0] and a[1] >= b[1]:
-                _rpc_seconds[name] = (a[1] - b[1]) / (a[0] - b[0]) / 1e6
-                _rpc_measured.add(name)
-    return sum(_rpc_seconds.get(r, 0.0) for r in rpcs)
+#: What one call of each RPC type costs slurmctld, measured around this process's reads.
+_meter = RpcMeter(lambda: _rpc_totals_now())
 
 
 def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
     _calls.clear()
     cpu0 = cpu_now()
-    before = _rpc_totals_now() if _controller_due(spec.rpcs) else None
+    before = _meter.before(spec.rpcs)
     try:
         raw = getattr(_client, spec.delta)(full=full) if spec.delta is not None else getattr(_client, spec.method)()
     except SlurmtowerError as exc:
@@ -250,7 +211,7 @@ def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
                                resource=spec.resource)
         return Offloaded(calls=list(_calls), error=pickle.dumps(err), cpu_seconds=cpu_now() - cpu0)
     fetched_at, done = datetime.now(UTC), time.monotonic()
-    controller = _controller_seconds(spec.rpcs, before)
+    controller = _meter.after(spec.rpcs, before)
     if spec.delta is not None:
         blob = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
         return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,

@@ -20,6 +20,7 @@ from slurmtower.events.feed import EventFeed
 from slurmtower.events.store import EventStore
 from slurmtower.live import malloc
 from slurmtower.live.archive import LoadArchive
+from slurmtower.live.budget import PollPace, RpcMeter, poll_load, sdiag_totals
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.live.keep import SnapshotKeeper
 from slurmtower.live.states import NodeStateOverlay
@@ -89,6 +90,12 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
             services.sensor = build_sensor(settings, services.client, services.event_store, dispatcher=dispatcher)
         role = services.role_name("sensor")
         services.sensor.leading = lambda: services.leads(role)
+        if services.poll_pace is None:
+            client = services.client
+            services.poll_pace = PollPace(base=settings.events.poll_interval,
+                                          share=settings.api.refresh_controller_share,
+                                          max_interval=settings.api.max_refresh_interval,
+                                          meter=RpcMeter(lambda: sdiag_totals(client)))
         if services.event_feed is None:
             services.event_feed = EventFeed(services.event_store)
     if "actions" in parts:
@@ -178,10 +185,18 @@ async def _start_snapshots(services: Services) -> None:
                     return made
 
                 cache.state_worker_factory = state_worker
-        # The sensor's node poll (sinfo: the node and partition RPCs a node read makes) every
-        # events.poll_interval, wherever it runs: part of the deployment's share of slurmctld.
-        poll = settings.events.poll_interval
-        cache.other_controller_load = lambda: cache.controller_cost("nodes") / poll
+        # The sensor's node polls (sinfo: the node and partition RPCs a node read makes),
+        # wherever it runs: part of the deployment's share of slurmctld. Measured where it
+        # polls here; else what the nodes' read costs, at the pace the sensor keeps.
+        pace, api = services.poll_pace, settings.api
+
+        def polls(cache: SnapshotCache = cache) -> float:
+            if pace is not None and pace.cost > 0:
+                return pace.load
+            return poll_load(cache.controller_cost("nodes"), settings.events.poll_interval,
+                             api.refresh_controller_share, api.max_refresh_interval)
+
+        cache.other_controller_load = polls
         if services.sensor is not None and cache.node_states is None:
             # ...and where it runs here, what it reads keeps the nodes' states as fresh as it.
             cache.node_states = NodeStateOverlay()

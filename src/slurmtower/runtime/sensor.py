@@ -19,6 +19,7 @@ from slurmtower.settings import Settings
 from slurmtower.slurm.client import SlurmClient
 
 if TYPE_CHECKING:
+    from slurmtower.live.budget import PollPace
     from slurmtower.runtime.services import Services
 
 __all__ = [
@@ -114,18 +115,27 @@ def build_sensor(
     return Sensor(settings, client, store, rules=engine, arm_triggers=arm_triggers)
 
 
-def sensor_task(sensor: Sensor, leading: Any = None, *, role: str = "sensor") -> BackgroundTask:
-    """The sensor as a background task (the leader's): start (arm triggers) once, then poll;
-    purge hourly. ``leading()`` tells at stop whether this process still leads: a process
-    that lost the lead leaves the triggers to the new leader."""
-    state: dict[str, float] = {"next_purge": 0.0}
+def sensor_task(sensor: Sensor, leading: Any = None, *, role: str = "sensor",
+                pace: PollPace | None = None) -> BackgroundTask:
+    """The sensor as a background task (the leader's): start (arm triggers) once, then poll
+    every ``events.poll_interval``, or as ``pace`` says (longer when a poll costs slurmctld
+    more than its part of ``api.refresh_controller_share``: the rules still run on the events
+    others recorded every ``events.poll_interval``); purge hourly. ``leading()`` tells at stop
+    whether this process still leads: a process that lost the lead leaves the triggers to the
+    new leader."""
+    state: dict[str, float] = {"next_purge": 0.0, "next_poll": 0.0}
 
     async def run() -> float:
         loop = asyncio.get_running_loop()
         if not sensor.started:
             await asyncio.to_thread(sensor.start)
         else:
-            await asyncio.to_thread(sensor.poll)
+            if pace is None:
+                await asyncio.to_thread(sensor.poll)
+            elif loop.time() >= state["next_poll"]:
+                started = loop.time()
+                await asyncio.to_thread(pace.poll, sensor.poll)
+                state["next_poll"] = started + pace.interval
             if sensor.rules is not None and sensor.settings.hooks.enabled:
                 # Events recorded by other means (alerts posted to /hooks/*, in any process)
                 # meet the rules within a round too, though no node changed.
@@ -134,7 +144,10 @@ def sensor_task(sensor: Sensor, leading: Any = None, *, role: str = "sensor") ->
             days = sensor.settings.events.retention_days
             await asyncio.to_thread(sensor.store.purge, timedelta(days=days))
             state["next_purge"] = loop.time() + 3600.0
-        return sensor.settings.events.poll_interval
+        base = sensor.settings.events.poll_interval
+        if pace is None:
+            return base
+        return max(0.0, min(base, state["next_poll"] - loop.time()))
 
     async def on_stop() -> None:
         await asyncio.to_thread(sensor.stop, disarm=leading is None or bool(leading()))

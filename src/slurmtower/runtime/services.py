@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from slurmtower.events.feed import EventFeed
     from slurmtower.events.sensor import Sensor
     from slurmtower.live.archive import LoadArchive
+    from slurmtower.live.budget import PollPace
 
 __all__ = ["READY_TIMEOUT", "READY_TTL", "BackgroundTask", "Metrics", "Readiness", "Services"]
 
@@ -136,6 +137,8 @@ class Services:
     sensor: Sensor | None = None
     sensor_external: bool = False
     """The sensor runs elsewhere (``slurmtower sensor``): don't start it here."""
+    poll_pace: PollPace | None = None
+    """The sensor's poll interval within its part of slurmctld's share (with the sensor)."""
     load_archive: LoadArchive | None = None
     catalogue: Catalogue | None = None
     """The action catalogue: the API's and the rule engine's (one store, one accounting)."""

@@ -68,7 +68,8 @@ def periodic_tasks(services: Services, parts: Collection[str]) -> list[Backgroun
                                         needs_leader=False))
         if settings.events.sensor_enabled and not services.sensor_external:
             role = services.role_name("sensor")
-            tasks.append(sensor_task(services.sensor, lambda: services.leadership(role).is_leader, role=role))
+            tasks.append(sensor_task(services.sensor, lambda: services.leadership(role).is_leader, role=role,
+                                     pace=services.poll_pace))
             tasks.append(refusals_task(services.sensor))
             tasks.extend(forward_tasks(services, services.event_store))
     if "actions" in parts:
