@@ -644,7 +644,12 @@ def adapted_interval(scrape: str) -> str:
     cpu, ctld = gauge("slurmtower_refresh_cpu_seconds"), gauge("slurmtower_refresh_controller_seconds")
     per = ", ".join(f"{r} {cpu.get(r, 0):.2f} / {ctld.get(r, 0):.3f}" for r in sorted(set(cpu) | set(ctld))
                     if cpu.get(r, 0) or ctld.get(r, 0))
-    return f"{interval:.1f} s; per round, CPU s / slurmctld s: {per}"
+    states = gauge("slurmtower_state_refresh_interval_seconds").get("")
+    poll = gauge("slurmtower_sensor_poll_interval_seconds").get("")
+    poll_s = gauge("slurmtower_sensor_poll_controller_seconds").get("")
+    paced = (f"; state reads every {states:.1f} s" if states is not None else "") + (
+        f"; sensor polls every {poll:.1f} s, {1000 * (poll_s or 0):.0f} ms each" if poll is not None else "")
+    return f"{interval:.1f} s; per round, CPU s / slurmctld s: {per}{paced}"
 
 
 @dataclass

@@ -571,6 +571,9 @@ def test_the_sensors_polls_keep_within_their_part_of_slurmctlds_share(
         assert pace.interval > 2.0, (pace.cost, pace.interval)  # 0.2 s unpaced
         assert services.snapshots.other_controller_load() == pytest.approx(pace.load)
         assert pace.load <= 0.0004 * POLL_PART + 1e-12
+        scrape = http.get("/metrics").text  # what an admin sees
+        shown = re.search(r"^slurmtower_sensor_poll_interval_seconds (\S+)$", scrape, re.M)
+        assert shown is not None and float(shown[1]) > 2.0, scrape[-2000:]
         polls: list[float] = []
         sensor = services.sensor
         real = sensor.poll

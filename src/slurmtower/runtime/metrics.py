@@ -92,6 +92,9 @@ class _ClusterCollector:
         self.refresh_interval: float | None = None
         self.refresh_costs: dict[str, float] = {}
         self.refresh_controller: dict[str, float] = {}
+        self.state_interval: float | None = None
+        self.poll: tuple[float, float] | None = None
+        """The sensor's poll here: (interval in force, slurmctld seconds per poll)."""
 
     def describe(self) -> list[Metric]:
         return []
@@ -126,6 +129,24 @@ class _ClusterCollector:
             for resource, seconds in sorted(self.refresh_controller.items()):
                 ctld.add_metric([resource], seconds)
             yield ctld
+        if self.state_interval is not None:
+            states = GaugeMetricFamily(
+                "slurmtower_state_refresh_interval_seconds",
+                "Seconds between two reads of the job states alone (api.state_refresh_interval, or "
+                "longer to keep half of api.refresh_controller_share)")
+            states.add_metric([], self.state_interval)
+            yield states
+        if self.poll is not None:
+            poll = GaugeMetricFamily(
+                "slurmtower_sensor_poll_interval_seconds",
+                "Seconds between two node polls of the sensor (events.poll_interval, or longer to keep "
+                "a quarter of api.refresh_controller_share)")
+            poll.add_metric([], self.poll[0])
+            yield poll
+            poll_ctld = GaugeMetricFamily("slurmtower_sensor_poll_controller_seconds",
+                                          "slurmctld seconds one node poll of the sensor costs (sdiag)")
+            poll_ctld.add_metric([], self.poll[1])
+            yield poll_ctld
         view = self.view
         if view is not None:
             yield from _cluster_metrics(view)
@@ -389,6 +410,10 @@ class AppMetrics:
             gauges.refresh_interval = cache.interval
             gauges.refresh_costs = {r: cache.cost(r) for r in cache.resources}
             gauges.refresh_controller = {r: cache.controller_cost(r) for r in cache.resources}
+            gauges.state_interval = cache.state_interval if cache.states is not None and cache.states.enabled \
+                else None
+        pace = services.poll_pace
+        gauges.poll = (pace.interval, pace.cost) if pace is not None and pace.cost > 0 else None
 
     async def _refresh_store(self, services: Services) -> None:
         store = services.event_store
