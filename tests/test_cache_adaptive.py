@@ -192,7 +192,7 @@ def test_the_sensors_poll_is_paced_within_its_part_of_the_share() -> None:
     assert pace.load == pytest.approx(0.04 * POLL_PART)
     assert set(POLL_RPCS) == meter.measured
     pace.poll(poll)  # within MEASURE_EVERY: not measured again (no sdiag read), the cost kept
-    assert meter.reads == 1 and pace.cost == pytest.approx(0.055)
+    assert meter.reads == 1 and pace.cost == pytest.approx(0.055, abs=1e-3)  # (its wall: the same, to µs)
     pace.share = 0.0001
     assert pace.interval == 60.0  # at most max_interval apart
     pace.share = 0
@@ -228,3 +228,30 @@ def test_a_read_is_costed_at_the_mean_of_its_types_calls_since_the_last_reading(
     calls(5, 200_000)
     now[0] += WINDOW + 1  # too old a reading: around the read only
     assert meter.measure(rpcs, lambda: calls(1, 25_000)) == pytest.approx(0.025)
+
+
+def test_between_two_measurements_a_polls_cost_moves_with_its_wall_time() -> None:
+    """A measured poll took 30 ms of slurmctld in 50 ms; when the scheduler's locks make the
+    next polls take 250 ms, each is counted at 230 ms (the poll spaced at once, not 20 s
+    later), and when they are quick again the cost falls back (never below 0)."""
+    from slurmtower.live.budget import POLL_RPCS, PollPace, RpcMeter
+
+    now = [0.0]
+    totals = {"REQUEST_NODE_INFO": (0, 0), "REQUEST_PARTITION_INFO": (0, 0)}
+
+    def poll(takes: float, us: int) -> None:
+        c, t = totals["REQUEST_NODE_INFO"]
+        totals["REQUEST_NODE_INFO"] = (c + 1, t + us)
+        c, t = totals["REQUEST_PARTITION_INFO"]
+        totals["REQUEST_PARTITION_INFO"] = (c + 1, t + 1)
+        now[0] += takes
+
+    pace = PollPace(base=1.0, share=0.04, max_interval=60, meter=RpcMeter(lambda: dict(totals), clock=lambda: now[0]))
+    pace.poll(lambda: poll(0.05, 30_000))
+    assert pace.cost == pytest.approx(0.030, abs=1e-5) and pace.interval == pytest.approx(3.0, rel=1e-3)
+    pace.poll(lambda: poll(0.25, 230_000))  # not measured (within 20 s): its wall says it
+    assert pace.meter is not None and pace.meter.reads == 1
+    assert pace.cost == pytest.approx(0.230, abs=1e-5) and pace.interval == pytest.approx(23.0, rel=1e-3)
+    pace.poll(lambda: poll(0.01, 5_000))
+    assert pace.cost == 0.0 and pace.interval == 1.0
+    assert POLL_RPCS in pace.meter.walls
