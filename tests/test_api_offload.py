@@ -19,7 +19,7 @@ import pytest
 from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
 from slurmtower.live import worker as refresh_worker
-from slurmtower.live.budget import MEASURE_EVERY, RpcMeter
+from slurmtower.live.budget import WINDOW, RpcMeter
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
 from slurmtower.slurm import make_client
@@ -267,25 +267,25 @@ def test_the_controllers_time_per_round_is_measured_around_the_rounds_own_read(
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """sdiag's own average runs from its last reset: at a queue that grew since, it is far below
     what a read costs now, and a refresh interval bounded by slurmctld's share would stay too
-    short; a span between two rounds holds others' calls too. The worker reads sdiag just
-    before and just after a round's read (the first round, then every MEASURE_EVERY s)."""
+    short. The worker reads sdiag after each round's read: the first round just before it
+    too, the next ones from that reading on (one sdiag call a round)."""
     monkeypatch.setattr(refresh_worker, "_client", make_client(settings))
     meter = RpcMeter(refresh_worker._rpc_totals_now)
     monkeypatch.setattr(refresh_worker, "_meter", meter)
     rpcs = ("REQUEST_JOB_INFO",)
-    assert meter.due(rpcs)  # the first round is measured
-    before = meter.before(rpcs)
-    assert before is not None and "REQUEST_JOB_INFO" in before
+    before = meter.before(rpcs)  # the first round: sdiag just before it
+    assert before is not None and "REQUEST_JOB_INFO" in before and meter.reads == 1
     for _ in range(3):  # the round's read (three calls)
         sh("squeue", "-h")
     seconds = meter.after(rpcs, before)
     after = refresh_worker._rpc_totals_now()
     assert after is not None
     (count0, total0), (count1, total1) = before["REQUEST_JOB_INFO"], after["REQUEST_JOB_INFO"]
-    assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in meter.measured
+    assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in meter.measured and meter.reads == 2
     assert 0 < seconds <= (total1 - total0) / 3 / 1e6  # per call, from these calls only
-    # Measured: the next rounds are not, until MEASURE_EVERY has passed; they keep the figure.
-    assert not meter.due(rpcs) and meter.before(rpcs) is None
-    assert meter.after(rpcs, None) == seconds and meter.reads == 1
-    meter.last -= MEASURE_EVERY
-    assert meter.due(rpcs)
+    # The next round starts from that reading (no sdiag call before it), and is costed by its
+    # own calls after it.
+    assert meter.before(rpcs) is meter.window and meter.reads == 2
+    assert meter.after(rpcs, None) == seconds  # nothing read: the last figure
+    meter.last -= WINDOW + 1  # a reading too old to start a window: sdiag before the read again
+    assert meter.before(rpcs) is not meter.window and meter.reads == 3

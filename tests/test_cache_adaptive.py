@@ -191,8 +191,8 @@ def test_the_sensors_poll_is_paced_within_its_part_of_the_share() -> None:
     assert pace.interval == pytest.approx(0.055 / (0.04 * POLL_PART))  # 5.5 s: 1 % of slurmctld
     assert pace.load == pytest.approx(0.04 * POLL_PART)
     assert set(POLL_RPCS) == meter.measured
-    pace.poll(poll)  # within MEASURE_EVERY: not measured again (no sdiag read), the cost kept
-    assert meter.reads == 1 and pace.cost == pytest.approx(0.055, abs=1e-3)  # (its wall: the same, to µs)
+    pace.poll(poll)  # the next poll: costed from the last reading on (one sdiag read a poll)
+    assert meter.reads == 3 and pace.cost == pytest.approx(0.055)
     pace.share = 0.0001
     assert pace.interval == 60.0  # at most max_interval apart
     pace.share = 0
@@ -204,54 +204,36 @@ def test_the_sensors_poll_is_paced_within_its_part_of_the_share() -> None:
 
 
 def test_a_read_is_costed_at_the_mean_of_its_types_calls_since_the_last_reading() -> None:
-    """Lock waits come and go with the scheduler's cycles: a read is costed at the mean of
-    every call of its types since the meter's last reading (at most WINDOW s back), not at
-    the one call measured; a reading older than that starts no window."""
-    from slurmtower.live.budget import MEASURE_EVERY, WINDOW, RpcMeter
-
-    now = [0.0]
-    totals = {"REQUEST_JOB_STATE": (0, 0)}
-
-    def calls(n: int, us: int) -> None:
-        c, t = totals["REQUEST_JOB_STATE"]
-        totals["REQUEST_JOB_STATE"] = (c + n, t + n * us)
-
-    meter = RpcMeter(lambda: dict(totals), clock=lambda: now[0])
-    rpcs = ("REQUEST_JOB_STATE",)
-    assert meter.measure(rpcs, lambda: calls(1, 20_000)) == pytest.approx(0.020)  # the first: around it
-    now[0] += 1.5
-    assert meter.measure(rpcs, lambda: calls(1, 90_000)) == pytest.approx(0.020)  # not due: kept
-    calls(11, 60_000)  # the reads in between, unmeasured: 60 ms each
-    now[0] += MEASURE_EVERY
-    # the window: 13 calls since the last reading (90 + 11 x 60 + 30 ms) = 60 ms each
-    assert meter.measure(rpcs, lambda: calls(1, 30_000)) == pytest.approx(0.060)
-    calls(5, 200_000)
-    now[0] += WINDOW + 1  # too old a reading: around the read only
-    assert meter.measure(rpcs, lambda: calls(1, 25_000)) == pytest.approx(0.025)
-
-
-def test_between_two_measurements_a_polls_cost_moves_with_its_wall_time() -> None:
-    """A measured poll took 30 ms of slurmctld in 50 ms; when the scheduler's locks make the
-    next polls take 250 ms, each is counted at 230 ms (the poll spaced at once, not 20 s
-    later), and when they are quick again the cost falls back (never below 0)."""
-    from slurmtower.live.budget import POLL_RPCS, PollPace, RpcMeter
+    """Lock waits come and go with the scheduler's cycles: each read is costed at once, by
+    one sdiag reading after it, at the mean of every call of its types since the meter's
+    previous reading (at most WINDOW s back; older, sdiag is read before the read too). A
+    poll that cost a lot spaces the next one by itself: the polls keep their part over time."""
+    from slurmtower.live.budget import WINDOW, PollPace, RpcMeter
 
     now = [0.0]
     totals = {"REQUEST_NODE_INFO": (0, 0), "REQUEST_PARTITION_INFO": (0, 0)}
+    readings = [0]
 
-    def poll(takes: float, us: int) -> None:
+    def read() -> dict[str, tuple[int, int]]:
+        readings[0] += 1
+        return dict(totals)
+
+    def calls(n: int, us: int) -> None:
         c, t = totals["REQUEST_NODE_INFO"]
-        totals["REQUEST_NODE_INFO"] = (c + 1, t + us)
+        totals["REQUEST_NODE_INFO"] = (c + n, t + n * us)
         c, t = totals["REQUEST_PARTITION_INFO"]
-        totals["REQUEST_PARTITION_INFO"] = (c + 1, t + 1)
-        now[0] += takes
+        totals["REQUEST_PARTITION_INFO"] = (c + n, t)
 
-    pace = PollPace(base=1.0, share=0.04, max_interval=60, meter=RpcMeter(lambda: dict(totals), clock=lambda: now[0]))
-    pace.poll(lambda: poll(0.05, 30_000))
-    assert pace.cost == pytest.approx(0.030, abs=1e-5) and pace.interval == pytest.approx(3.0, rel=1e-3)
-    pace.poll(lambda: poll(0.25, 230_000))  # not measured (within 20 s): its wall says it
-    assert pace.meter is not None and pace.meter.reads == 1
-    assert pace.cost == pytest.approx(0.230, abs=1e-5) and pace.interval == pytest.approx(23.0, rel=1e-3)
-    pace.poll(lambda: poll(0.01, 5_000))
-    assert pace.cost == 0.0 and pace.interval == 1.0
-    assert POLL_RPCS in pace.meter.walls
+    pace = PollPace(base=1.0, share=0.04, max_interval=60, meter=RpcMeter(read, clock=lambda: now[0]))
+    pace.poll(lambda: calls(1, 10_000))  # quiet: 10 ms, around the poll (two readings)
+    assert readings[0] == 2 and pace.cost == pytest.approx(0.010) and pace.interval == 1.0
+    now[0] += 1.0
+    pace.poll(lambda: calls(1, 150_000))  # the scheduler's locks: 150 ms, seen at this very poll
+    assert readings[0] == 3 and pace.cost == pytest.approx(0.150) and pace.interval == pytest.approx(15.0)
+    calls(2, 60_000)  # the nodes' own reads meanwhile
+    now[0] += 15.0
+    pace.poll(lambda: calls(1, 30_000))  # (2 x 60 + 30) / 3 = 50 ms since the last reading
+    assert readings[0] == 4 and pace.cost == pytest.approx(0.050) and pace.interval == pytest.approx(5.0)
+    now[0] += WINDOW + 1  # too old a reading to start from: read sdiag before the poll too
+    pace.poll(lambda: calls(1, 20_000))
+    assert readings[0] == 6 and pace.cost == pytest.approx(0.020)

@@ -6,9 +6,9 @@ sensor's node polls first (at most :data:`POLL_PART` of it), the job state reads
 most half), the full reads of the queue, nodes and partitions what is left (at least a
 quarter). This module holds the two pieces the planner and the sensor share:
 
-* :class:`RpcMeter`: the controller seconds one call of each RPC type costs now, read from
-  sdiag's per-type totals just before and just after a read (the first reads, then at most
-  every :data:`MEASURE_EVERY` seconds), lock waits included, as sdiag counts them;
+* :class:`RpcMeter`: the controller seconds one call of each RPC type costs now, from
+  sdiag's per-type totals read after each read (the mean of the calls since the reading
+  before), lock waits included, as sdiag counts them;
 * :class:`PollPace`: the sensor's poll interval, ``events.poll_interval`` or longer when one
   poll (a ``sinfo``: a node and a partition read) costs more than its part of the share over
   it. At 10,000 nodes on 26.05, with 200,000 jobs, one poll cost 8 ms on a quiet controller
@@ -26,15 +26,10 @@ from typing import Any
 
 from slurmtower.errors import SlurmtowerError
 
-__all__ = ["MEASURE_EVERY", "POLL_PART", "POLL_RPCS", "PollPace", "RpcMeter", "pace", "poll_load", "sdiag_totals"]
+__all__ = ["POLL_PART", "POLL_RPCS", "PollPace", "RpcMeter", "pace", "poll_load", "sdiag_totals"]
 
-#: Seconds between two measurements of an RPC type once it is measured.
-MEASURE_EVERY = 20.0
-#: A reading at most this old starts the window the next measurement averages over.
-WINDOW = 3 * MEASURE_EVERY
-#: While a type is unmeasured (its count did not move during a read), measure again at the
-#: next read, at most this many times (a type sdiag never shows must not cost two reads a round).
-FIRST_READS = 5
+#: A reading at most this many seconds old starts the window the next read is costed over.
+WINDOW = 60.0
 #: The share of ``api.refresh_controller_share`` the sensor's polls may take.
 POLL_PART = 0.25
 #: The RPCs one poll of the sensor makes (``sinfo``: nodes, then partitions).
@@ -55,13 +50,15 @@ def sdiag_totals(client: Any) -> Totals | None:
 
 @dataclass
 class RpcMeter:
-    """The time (seconds) one call of each RPC type costs slurmctld, from sdiag's per-type
-    (count, total_time_us): the calls since this meter's last reading, when that was at
-    most :data:`WINDOW` seconds ago (every state read of the last 20 s, not one: the lock
-    waits a busy scheduler causes come and go, and one sample every 20 s put a state read
-    at half of its mean at 200,000 jobs), else the calls between a reading just before a
-    read and one just after it. Not sdiag's average since its last reset (midnight), which
-    a queue grown since makes too low.
+    """The time (seconds) one call of each RPC type costs slurmctld now, from sdiag's
+    per-type (count, total_time_us), read once after each read: the mean of the type's
+    calls since the meter's previous reading (the read's own and any others' meanwhile),
+    or, when that is more than :data:`WINDOW` seconds old (or none), of those between a
+    reading just before the read and one just after it. Not sdiag's average since its last
+    reset (midnight), which a queue grown since makes too low; and not a sample every 20
+    s: a busy scheduler's lock waits come and go within seconds, and at 200,000 jobs on
+    10,000 nodes a measurement 20 s old let the sensor poll every 1.8 s at 60-150 ms of
+    slurmctld each while it said every 14 s.
 
     Args:
         totals: sdiag's ``{type: (count, total µs)}`` now; None when sdiag does not answer.
@@ -72,61 +69,43 @@ class RpcMeter:
     seconds: dict[str, float] = field(default_factory=dict)
     measured: set[str] = field(default_factory=set)
     last: float = -1e9
+    """When the last reading was taken."""
     reads: int = 0
+    """sdiag readings taken."""
     window: Totals | None = None
     """The last reading (taken at :attr:`last`)."""
-    walls: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict)
-    """Per set of RPCs: (slurmctld seconds, wall seconds) of the last measured read."""
-
-    def due(self, rpcs: tuple[str, ...]) -> bool:
-        """Whether the next read of ``rpcs`` is to be measured (sdiag around it)."""
-        if not rpcs:
-            return False
-        unmeasured = not self.measured.issuperset(rpcs) and self.reads < FIRST_READS
-        return unmeasured or self.clock() - self.last >= MEASURE_EVERY
 
     def before(self, rpcs: tuple[str, ...]) -> Totals | None:
-        """sdiag's totals before a read of ``rpcs`` when it is to be measured, else None."""
-        return self.totals() if self.due(rpcs) else None
+        """Where the next read of ``rpcs`` is measured from: the last reading while it is
+        at most :data:`WINDOW` seconds old (no sdiag call: each read costs one reading,
+        after it), else sdiag's totals now; None for a read of no RPC."""
+        if not rpcs:
+            return None
+        if self.window is not None and self.clock() - self.last <= WINDOW:
+            return self.window
+        self.reads += 1
+        return self.totals()
 
-    def after(self, rpcs: tuple[str, ...], before: Totals | None, wall: float | None = None) -> float:
-        """slurmctld seconds one read of ``rpcs`` costs: measured from ``before`` (None: not
-        measured this time) to now, else the last measurement (0 before the first), moved
-        by how much longer or shorter than the measured read this one took (``wall``: its
-        seconds from asking to the answer). A busy scheduler's lock waits come and go
-        within seconds: they lengthen a read and its RPCs' time in sdiag alike, and twenty
-        seconds between two measurements let a poll every second cost 5 % of slurmctld at
-        10,000 nodes while the last measurement said 1 %."""
+    def after(self, rpcs: tuple[str, ...], before: Totals | None) -> float:
+        """slurmctld seconds one read of ``rpcs`` costs: the mean time of each of its RPC
+        types' calls from ``before`` to now (the last figure for a type that made none;
+        0 before the first); nothing read for ``before`` None."""
         if before is not None:
-            since = self.window if self.clock() - self.last <= WINDOW else None
-            self.last = self.clock()
-            self.reads += 1
-            now = self.totals() or {}
-            for name in rpcs:
-                a = now.get(name)
-                for start in (since, before):
-                    b = start.get(name) if start is not None else None
-                    if b is not None and a is not None and a[0] > b[0] and a[1] >= b[1]:
-                        self.seconds[name] = (a[1] - b[1]) / (a[0] - b[0]) / 1e6
-                        self.measured.add(name)
-                        break
+            now = self.totals()
+            self.last, self.reads = self.clock(), self.reads + 1
             self.window = now or None
-        cost = sum(self.seconds.get(r, 0.0) for r in rpcs)
-        if wall is None:
-            return cost
-        if before is not None or rpcs not in self.walls:
-            if cost > 0:
-                self.walls[rpcs] = (cost, wall)
-            return cost
-        measured, measured_wall = self.walls[rpcs]
-        return max(0.0, measured + wall - measured_wall)
+            for name in rpcs:
+                b, a = before.get(name), (now or {}).get(name)
+                if b is not None and a is not None and a[0] > b[0] and a[1] >= b[1]:
+                    self.seconds[name] = (a[1] - b[1]) / (a[0] - b[0]) / 1e6
+                    self.measured.add(name)
+        return sum(self.seconds.get(r, 0.0) for r in rpcs)
 
     def measure(self, rpcs: tuple[str, ...], read: Callable[[], object]) -> float:
-        """Run ``read`` (a read of ``rpcs``), measured when due; its cost as :meth:`after`."""
+        """Run ``read`` (a read of ``rpcs``); its cost as :meth:`after`."""
         before = self.before(rpcs)
-        started = self.clock()
         read()
-        return self.after(rpcs, before, self.clock() - started)
+        return self.after(rpcs, before)
 
 
 @dataclass
@@ -138,7 +117,7 @@ class PollPace:
         share: ``api.refresh_controller_share`` (0: not bounded).
         max_interval: the longest (``api.max_refresh_interval``): a transition no trigger
             reports is seen within it.
-        meter: measures the polls (sdiag around one every :data:`MEASURE_EVERY` s).
+        meter: measures the polls (one sdiag reading after each).
     """
 
     base: float

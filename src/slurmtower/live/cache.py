@@ -1126,6 +1126,6 @@ def build_cache(settings: Settings, client: SlurmReads) -> SnapshotCache:
     # first read finds out): the state worker's, or a thread's.
     cache.read_states("jobs", lambda full: client.job_state_delta(full=full),
                       OffloadSpec(resource="job_states", method="job_state_delta", delta="job_state_delta",
-                                  rpcs=("REQUEST_JOB_STATE",), wall_tracks_cost=True),
+                                  rpcs=("REQUEST_JOB_STATE",)),
                       api.state_refresh_interval)
     return cache

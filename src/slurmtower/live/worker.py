@@ -69,11 +69,6 @@ class OffloadSpec:
     rpcs: tuple[str, ...] = ()
     """The slurmctld RPCs (sdiag's names) one read makes: their average time is the read's
     cost to slurmctld."""
-    wall_tracks_cost: bool = False
-    """Between two measurements, a read's cost moves with its wall time
-    (:meth:`~slurmtower.live.budget.RpcMeter.after`): for a read whose own work is the same
-    each time (the job states: every job's id and state), not one whose parsing depends on
-    what changed (the queue's)."""
     delta: str | None = None
     """A client method ``(full: bool) -> QueueDelta`` the worker calls instead of ``method``:
     only changed rows cross the process boundary, and the serving process applies them
@@ -207,7 +202,6 @@ def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
     cpu0 = cpu_now()
     before = _meter.before(spec.rpcs)
     try:
-        asked = time.monotonic()
         raw = getattr(_client, spec.delta)(full=full) if spec.delta is not None else getattr(_client, spec.method)()
     except SlurmtowerError as exc:
         return Offloaded(calls=list(_calls), error=_pickled_error(exc), cpu_seconds=cpu_now() - cpu0)
@@ -217,7 +211,7 @@ def _run(spec: OffloadSpec, full: bool = False) -> Offloaded:
                                resource=spec.resource)
         return Offloaded(calls=list(_calls), error=pickle.dumps(err), cpu_seconds=cpu_now() - cpu0)
     fetched_at, done = datetime.now(UTC), time.monotonic()
-    controller = _meter.after(spec.rpcs, before, done - asked if spec.wall_tracks_cost else None)
+    controller = _meter.after(spec.rpcs, before)
     if spec.delta is not None:
         blob = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
         return Offloaded(calls=list(_calls), value=blob, fetched_at=fetched_at, age=time.monotonic() - done,
