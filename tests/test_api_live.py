@@ -569,6 +569,7 @@ def test_the_sensors_polls_keep_within_their_part_of_slurmctlds_share(
         assert pace is not None
         wait_for(lambda: pace.cost > 0, 15, 0.1, what="a poll measured")
         assert pace.interval > 2.0, (pace.cost, pace.interval)  # 0.2 s unpaced
+        assert pace.interval <= settings.events.max_poll_interval  # a node event within it, whatever
         assert services.snapshots.other_controller_load() == pytest.approx(pace.load)
         assert pace.load <= 0.0004 * POLL_PART + 1e-12
         scrape = http.get("/metrics").text  # what an admin sees

@@ -127,8 +127,8 @@ class ApiSettings(_Section):
     0-6 s old instead of up to 14 s); off: the first request past the interval starts it."""
     max_refresh_interval: float = Field(default=60.0, gt=0)
     """The refresh interval grows past this many seconds only for slurmctld's share
-    (``refresh_controller_share``), never for the CPU's; the state reads and the sensor's
-    polls are never further apart."""
+    (``refresh_controller_share``), never for the CPU's; the state reads are never further
+    apart (the sensor's polls: ``events.max_poll_interval``)."""
     slurm_wait: float = Field(default=4.0, gt=0)
     """How long a request waits for Slurm, in all (the resources of one view are asked at
     once), before answering with the last snapshot marked stale, or a 503 without one. A
@@ -292,8 +292,14 @@ class EventSettings(_Section):
     poll_interval: float = Field(default=1.0, gt=0)
     """Seconds between two polls of the node states (transitions no trigger reports), or
     longer when a poll costs slurmctld more than a quarter of ``api.refresh_controller_share``
-    over it (at most ``api.max_refresh_interval``); rules run on the events others recorded
+    over it (at most ``max_poll_interval``); rules run on the events others recorded
     (alerts) every this many seconds."""
+    max_poll_interval: float = Field(default=10.0, gt=0, le=3600)
+    """The node polls are never further apart than this, whatever they cost: a node event
+    comes within it (Slurm runs its triggers every 15 s at most). At 10,000 nodes under a
+    scheduler busy with 160,000 pending records one poll took slurmctld 0.1-1 s (its lock
+    waits): then the polls alone may take more than the share, and the full reads get the
+    quarter left to them."""
     retention_days: float = Field(default=90.0, gt=0)
     callback_host: str = "127.0.0.1"
     """Host the notify program posts to (the sensor's receiver)."""

@@ -115,7 +115,7 @@ class PollPace:
     Args:
         base: ``events.poll_interval``, the shortest interval.
         share: ``api.refresh_controller_share`` (0: not bounded).
-        max_interval: the longest (``api.max_refresh_interval``): a transition no trigger
+        max_interval: the longest (``events.max_poll_interval``): a transition no trigger
             reports is seen within it.
         meter: measures the polls (one sdiag reading after each).
     """

@@ -94,7 +94,7 @@ def assemble(services: Services, parts: Collection[str] = PARTS) -> Services:
             client = services.client
             services.poll_pace = PollPace(base=settings.events.poll_interval,
                                           share=settings.api.refresh_controller_share,
-                                          max_interval=settings.api.max_refresh_interval,
+                                          max_interval=settings.events.max_poll_interval,
                                           meter=RpcMeter(lambda: sdiag_totals(client)))
         if services.event_feed is None:
             services.event_feed = EventFeed(services.event_store)
@@ -194,7 +194,7 @@ async def _start_snapshots(services: Services) -> None:
             if pace is not None and pace.cost > 0:
                 return pace.load
             return poll_load(cache.controller_cost("nodes"), settings.events.poll_interval,
-                             api.refresh_controller_share, api.max_refresh_interval)
+                             api.refresh_controller_share, settings.events.max_poll_interval)
 
         cache.other_controller_load = polls
         if services.sensor is not None and cache.node_states is None:
