@@ -237,3 +237,20 @@ def test_a_read_is_costed_at_the_mean_of_its_types_calls_since_the_last_reading(
     now[0] += WINDOW + 1  # too old a reading to start from: read sdiag before the poll too
     pace.poll(lambda: calls(1, 20_000))
     assert readings[0] == 6 and pace.cost == pytest.approx(0.020)
+
+
+def test_the_state_reads_stretch_for_the_share_at_most_four_times() -> None:
+    """The job states are the fast part: a costly state read (a busy scheduler's lock waits)
+    spaces them for the share, but never past four state intervals (6 s by default)."""
+    from slurmtower.live.cache import STATE_STRETCH
+    from slurmtower.live.worker import OffloadSpec
+    from slurmtower.models.table import StateDelta
+
+    cache = SnapshotCache(refresh_interval=2, slurm_wait=5, cpu_share=0, controller_share=0.045, max_interval=60)
+    cache.register("jobs", lambda: None)
+    cache.read_states("jobs", lambda full: StateDelta({}), OffloadSpec("job_states", "job_state_delta"), 1.5)
+    assert cache.states is not None
+    cache.states.controller = 0.09  # 90 ms of lock waits: every 4 s keeps half of 4.5 %
+    assert cache.state_interval == pytest.approx(4.0)
+    cache.states.controller = 1.0  # a second: 44 s for the share, held at 6 s
+    assert cache.state_interval == pytest.approx(STATE_STRETCH * 1.5) == 6.0

@@ -204,7 +204,9 @@ class ApiSettings(_Section):
     ``/jobs/state``), while clients read the queue: a job that started, ended or was held
     shows its new state within this long, however long the full records' interval is (the
     ``X-State-Age`` header). Grows when the reads cost more than half of
-    ``refresh_controller_share``. On 22.05 (no such read) the states are the full records'."""
+    ``refresh_controller_share``, to four times this at most (a busy scheduler's lock waits
+    can make one read cost slurmctld a second). On 22.05 (no such read) the states are the
+    full records'."""
     refresh_in_subprocess: bool = True
     """Read and render the job queue in a worker process (off the serving process's GIL),
     so a refresh of thousands of jobs does not stall the requests served meanwhile."""

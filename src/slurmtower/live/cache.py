@@ -224,6 +224,10 @@ class _View:
     used_mono: float = 0.0
 
 
+#: The state reads are never more than this many times ``api.state_refresh_interval`` apart.
+STATE_STRETCH = 4.0
+
+
 class SnapshotCache:
     """Snapshots of Slurm resources shared by every request of one process.
 
@@ -358,12 +362,14 @@ class SnapshotCache:
     @property
     def state_interval(self) -> float:
         """Seconds between two state reads: ``api.state_refresh_interval``, or longer when
-        they would take more than half of slurmctld's share."""
+        they would take more than half of slurmctld's share, at most
+        :data:`STATE_STRETCH` times it (the states are the fast part: seconds old at any
+        size, even when a busy scheduler's lock waits make a read cost slurmctld 0.1-1 s)."""
         st = self.states
         if st is None:
             return self.refresh_interval
         if self.controller_share > 0 and st.controller > 0:
-            return min(self.max_interval, max(st.interval, st.controller / (self.controller_share / 2)))
+            return min(STATE_STRETCH * st.interval, max(st.interval, st.controller / (self.controller_share / 2)))
         return st.interval
 
     def _interval_of(self, cost: float, controller: float) -> float:
