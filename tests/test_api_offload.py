@@ -19,7 +19,7 @@ import pytest
 from slurmtower.api import create_app
 from slurmtower.devcluster import DevCluster
 from slurmtower.live import worker as refresh_worker
-from slurmtower.live.budget import WINDOW, RpcMeter
+from slurmtower.live.budget import CHEAP, CHEAP_EVERY, WINDOW, RpcMeter
 from slurmtower.live.cache import SnapshotCache
 from slurmtower.settings import Settings
 from slurmtower.slurm import make_client
@@ -267,8 +267,8 @@ def test_the_controllers_time_per_round_is_measured_around_the_rounds_own_read(
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """sdiag's own average runs from its last reset: at a queue that grew since, it is far below
     what a read costs now, and a refresh interval bounded by slurmctld's share would stay too
-    short. The worker reads sdiag after each round's read: the first round just before it
-    too, the next ones from that reading on (one sdiag call a round)."""
+    short. The worker reads sdiag after a round's read: the first round just before it too,
+    the next ones from that reading on (one sdiag call a round; a cheap read every 20 s)."""
     monkeypatch.setattr(refresh_worker, "_client", make_client(settings))
     meter = RpcMeter(refresh_worker._rpc_totals_now)
     monkeypatch.setattr(refresh_worker, "_meter", meter)
@@ -283,9 +283,14 @@ def test_the_controllers_time_per_round_is_measured_around_the_rounds_own_read(
     (count0, total0), (count1, total1) = before["REQUEST_JOB_INFO"], after["REQUEST_JOB_INFO"]
     assert count1 >= count0 + 3 and "REQUEST_JOB_INFO" in meter.measured and meter.reads == 2
     assert 0 < seconds <= (total1 - total0) / 3 / 1e6  # per call, from these calls only
-    # The next round starts from that reading (no sdiag call before it), and is costed by its
-    # own calls after it.
+    # A cheap read (a few jobs: under CHEAP) is measured again only after CHEAP_EVERY s, then
+    # from that reading on (no sdiag call before it); a costly one at each read.
+    assert seconds < CHEAP and meter.before(rpcs) is None
+    assert meter.after(rpcs, None) == seconds and meter.reads == 2  # nothing read: the last figure
+    meter.last -= CHEAP_EVERY
     assert meter.before(rpcs) is meter.window and meter.reads == 2
-    assert meter.after(rpcs, None) == seconds  # nothing read: the last figure
+    meter.seconds["REQUEST_JOB_INFO"] = 2 * CHEAP
+    meter.last += CHEAP_EVERY - 1
+    assert meter.before(rpcs) is meter.window
     meter.last -= WINDOW + 1  # a reading too old to start a window: sdiag before the read again
     assert meter.before(rpcs) is not meter.window and meter.reads == 3

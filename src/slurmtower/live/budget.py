@@ -30,6 +30,11 @@ __all__ = ["POLL_PART", "POLL_RPCS", "PollPace", "RpcMeter", "pace", "poll_load"
 
 #: A reading at most this many seconds old starts the window the next read is costed over.
 WINDOW = 60.0
+#: A read that cost slurmctld less than this (seconds) is measured again only after
+#: :data:`CHEAP_EVERY` seconds: at a few nodes and jobs, an sdiag call after every poll and
+#: every state read would cost more CPU than the reads themselves.
+CHEAP = 0.005
+CHEAP_EVERY = 20.0
 #: The share of ``api.refresh_controller_share`` the sensor's polls may take.
 POLL_PART = 0.25
 #: The RPCs one poll of the sensor makes (``sinfo``: nodes, then partitions).
@@ -78,10 +83,15 @@ class RpcMeter:
     def before(self, rpcs: tuple[str, ...]) -> Totals | None:
         """Where the next read of ``rpcs`` is measured from: the last reading while it is
         at most :data:`WINDOW` seconds old (no sdiag call: each read costs one reading,
-        after it), else sdiag's totals now; None for a read of no RPC."""
+        after it), else sdiag's totals now; None (not measured: the last figure kept) for a
+        read of no RPC, or a cheap one measured less than :data:`CHEAP_EVERY` s ago."""
         if not rpcs:
             return None
-        if self.window is not None and self.clock() - self.last <= WINDOW:
+        age = self.clock() - self.last
+        if self.measured.issuperset(rpcs) and sum(self.seconds.get(r, 0.0) for r in rpcs) < CHEAP \
+                and age < CHEAP_EVERY:
+            return None  # a cheap read (a small cluster's): its last figure, no sdiag call
+        if self.window is not None and age <= WINDOW:
             return self.window
         self.reads += 1
         return self.totals()
