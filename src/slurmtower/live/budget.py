@@ -11,10 +11,10 @@ quarter). This module holds the two pieces the planner and the sensor share:
   before), lock waits included, as sdiag counts them;
 * :class:`PollPace`: the sensor's poll interval, ``events.poll_interval`` or longer when one
   poll (a ``sinfo``: a node and a partition read) costs more than its part of the share over
-  it. At 10,000 nodes on 26.05, with 200,000 jobs, one poll cost 8 ms on a quiet controller
-  and ~55 ms while the scheduler held its locks: a poll every second took 5.8 % alone.
-  Node events do not wait for the poll: Slurm's triggers call the sensor back at once, and
-  each callback reads the nodes then.
+  it, at most ``events.max_poll_interval``. At 10,000 nodes on 26.05, with 200,000 jobs, one
+  poll cost 10-12 ms on a quiet controller and 0.1-1 s while the scheduler held its locks: a
+  poll every second took 5.8 % alone. Slurm runs its triggers every 15 s at most, so a node
+  event sooner than that comes from the poll: hence its upper bound.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class PollPace:
     @property
     def load(self) -> float:
         """slurmctld seconds per second the polls take at :attr:`interval`."""
-        return self.cost / self.interval
+        return poll_load(self.cost, self.base, self.share, self.max_interval)
 
 
 def pace(base: float, cost: float, part: float, max_interval: float) -> float:

@@ -111,12 +111,10 @@ class _ClusterCollector:
                 queries.add_metric([resource], count)
             yield queries
         if self.refresh_interval is not None:
-            interval = GaugeMetricFamily(
+            yield GaugeMetricFamily(
                 "slurmtower_refresh_interval_seconds",
                 "The snapshot refresh interval in force (api.refresh_interval, or longer when refreshing "
-                "would cost more than api.refresh_cpu_share of a core)")
-            interval.add_metric([], self.refresh_interval)
-            yield interval
+                "would cost more than api.refresh_cpu_share of a core)", value=self.refresh_interval)
             cost = GaugeMetricFamily("slurmtower_refresh_cpu_seconds",
                                      "CPU seconds one refresh of a resource costs (moving average)",
                                      labels=["resource"])
@@ -130,23 +128,17 @@ class _ClusterCollector:
                 ctld.add_metric([resource], seconds)
             yield ctld
         if self.state_interval is not None:
-            states = GaugeMetricFamily(
+            yield GaugeMetricFamily(
                 "slurmtower_state_refresh_interval_seconds",
                 "Seconds between two reads of the job states alone (api.state_refresh_interval, or "
-                "longer to keep half of api.refresh_controller_share)")
-            states.add_metric([], self.state_interval)
-            yield states
+                "longer to keep half of api.refresh_controller_share)", value=self.state_interval)
         if self.poll is not None:
-            poll = GaugeMetricFamily(
+            yield GaugeMetricFamily(
                 "slurmtower_sensor_poll_interval_seconds",
                 "Seconds between two node polls of the sensor (events.poll_interval, or longer to keep "
-                "a quarter of api.refresh_controller_share)")
-            poll.add_metric([], self.poll[0])
-            yield poll
-            poll_ctld = GaugeMetricFamily("slurmtower_sensor_poll_controller_seconds",
-                                          "slurmctld seconds one node poll of the sensor costs (sdiag)")
-            poll_ctld.add_metric([], self.poll[1])
-            yield poll_ctld
+                "a quarter of api.refresh_controller_share)", value=self.poll[0])
+            yield GaugeMetricFamily("slurmtower_sensor_poll_controller_seconds",
+                                    "slurmctld seconds one node poll of the sensor costs (sdiag)", value=self.poll[1])
         view = self.view
         if view is not None:
             yield from _cluster_metrics(view)
