@@ -235,6 +235,37 @@ def test_a_recycled_worker_goes_on_from_the_line_hashes(settings: Settings, held
         assert jobs[held[2]] == "offload-2"
 
 
+def test_a_worker_recycled_from_an_older_table_is_told_the_current_one(settings: Settings, held: list[int]) -> None:
+    """A recycle asked while a queue round is in flight starts the new worker from the table
+    as it was before that round: the two sides differ by one delta. The worker is then told
+    the current table's lines (not asked for every row), and the answers still match squeue
+    (CI saw this race once as a second full read)."""
+    app = create_app(configure(settings, interval=0.3))
+    cache: SnapshotCache = app.state.services.snapshots
+    with running(app) as http:
+        first = worker_pid(cache)
+        assert set(held) <= {j["job_id"] for j in http.get("/queue").json()["jobs"]}
+        entry = cache._entries["jobs"]
+        assert entry.table is not None and cache.worker is not None
+        older, older_seq = entry.table.line_memo(), entry.seq
+        sh("scontrol", "update", f"jobid={held[0]}", "name=offload-before")
+        wait_for(lambda: {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}.get(held[0])
+                 == "offload-before", 20, step=0.2, what="the first rename in /queue")
+        assert entry.seq > older_seq
+        cache.worker.recycle(older, older_seq)
+        wait_for(lambda: worker_pid(cache) != first, 30, what="the new worker")
+        sh("scontrol", "update", f"jobid={held[1]}", "name=offload-after")
+
+        def renamed() -> dict[int, str] | None:
+            jobs = {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}
+            listed = {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+            return jobs if jobs.get(held[1]) == "offload-after" and set(jobs) == listed else None
+
+        jobs = wait_for(renamed, 20, step=0.3, what="the second rename in /queue, and the same jobs as squeue")
+        assert jobs[held[0]] == "offload-before" and jobs[held[2]] == "offload-2"
+        assert cache.full_reads["jobs"] == 1
+
+
 _ORPHAN_SCRIPT = """
 import asyncio, multiprocessing.resource_tracker as rt, sys, time
 from slurmtower.live.worker import RefreshWorker

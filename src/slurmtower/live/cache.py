@@ -902,12 +902,19 @@ class SnapshotCache:
         result = await worker.refresh(spec, full=entry.table is None)
         delta = await asyncio.to_thread(pickle.loads, result.value)
         if not delta.full and (entry.table is None or delta.base != entry.seq):
-            # The worker is ahead of what this process holds (a round lost to a timeout, a
-            # new worker): ask again for every row.
-            log.info("refresh of %s: delta %d on %d, have %d: reading in full", spec.resource, delta.seq,
-                     delta.base, entry.seq)
-            result = await worker.refresh(spec, full=True)
-            delta = await asyncio.to_thread(pickle.loads, result.value)
+            # The worker and this process went apart (a round lost to a timeout; a recycled
+            # worker that started from the table as it was before a round in flight was
+            # applied). With a table here, the worker is told its lines by their hashes and
+            # sends what differs from them; without one, every row.
+            log.info("refresh of %s: delta %d on %d, have %d: reading again%s", spec.resource, delta.seq,
+                     delta.base, entry.seq, "" if entry.table is not None else " in full")
+            if entry.table is not None:
+                worker.resume_queue(await asyncio.to_thread(entry.table.line_memo), entry.seq)
+                result = await worker.refresh(spec)
+                delta = await asyncio.to_thread(pickle.loads, result.value)
+            if not delta.full and (entry.table is None or delta.base != entry.seq):  # a client that cannot resume
+                result = await worker.refresh(spec, full=True)
+                delta = await asyncio.to_thread(pickle.loads, result.value)
         if delta.unchanged and entry.snapshot is not None:
             entry.seq = delta.seq
             return result, entry.snapshot.value
