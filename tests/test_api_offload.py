@@ -70,6 +70,17 @@ def worker_pid(cache: SnapshotCache) -> int:
                     what="the refresh worker to run")
 
 
+def names_once_renamed(http: httpx.Client, job_id: int, name: str) -> dict[int, str]:
+    """/queue's job names, once ``job_id`` shows as ``name`` there and /queue lists the same
+    jobs as squeue."""
+    def renamed() -> dict[int, str] | None:
+        jobs = {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}
+        listed = {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
+        return jobs if jobs.get(job_id) == name and set(jobs) == listed else None
+
+    return wait_for(renamed, 20, step=0.3, what=f"{name} in /queue, and the same jobs as squeue")
+
+
 def test_queue_is_read_by_the_worker_and_matches_squeue(settings: Settings, held: list[int]) -> None:
     app = create_app(configure(settings, interval=30))
     cache: SnapshotCache = app.state.services.snapshots
@@ -225,12 +236,7 @@ def test_a_recycled_worker_goes_on_from_the_line_hashes(settings: Settings, held
         sh("scontrol", "release", str(held[0]))
         sh("scontrol", "update", f"jobid={held[1]}", "name=offload-renamed")
 
-        def renamed() -> dict[int, str] | None:
-            jobs = {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}
-            listed = {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
-            return jobs if jobs.get(held[1]) == "offload-renamed" and set(jobs) == listed else None
-
-        jobs = wait_for(renamed, 20, step=0.3, what="the rename in /queue, and the same jobs as squeue")
+        jobs = names_once_renamed(http, held[1], "offload-renamed")
         assert cache.full_reads["jobs"] == 1  # the new worker did not read everything again
         assert jobs[held[2]] == "offload-2"
 
@@ -256,12 +262,7 @@ def test_a_worker_recycled_from_an_older_table_is_told_the_current_one(settings:
         wait_for(lambda: worker_pid(cache) != first, 30, what="the new worker")
         sh("scontrol", "update", f"jobid={held[1]}", "name=offload-after")
 
-        def renamed() -> dict[int, str] | None:
-            jobs = {j["job_id"]: j["name"] for j in http.get("/queue").json()["jobs"]}
-            listed = {int(x) for x in sh("squeue", "-h", "-t", "all", "-o", "%A").split()}
-            return jobs if jobs.get(held[1]) == "offload-after" and set(jobs) == listed else None
-
-        jobs = wait_for(renamed, 20, step=0.3, what="the second rename in /queue, and the same jobs as squeue")
+        jobs = names_once_renamed(http, held[1], "offload-after")
         assert jobs[held[0]] == "offload-before" and jobs[held[2]] == "offload-2"
         assert cache.full_reads["jobs"] == 1
 

@@ -88,8 +88,7 @@ class RpcMeter:
         if not rpcs:
             return None
         age = self.clock() - self.last
-        if self.measured.issuperset(rpcs) and sum(self.seconds.get(r, 0.0) for r in rpcs) < CHEAP \
-                and age < CHEAP_EVERY:
+        if self.measured.issuperset(rpcs) and self.cost(rpcs) < CHEAP and age < CHEAP_EVERY:
             return None  # a cheap read (a small cluster's): its last figure, no sdiag call
         if self.window is not None and age <= WINDOW:
             return self.window
@@ -109,6 +108,10 @@ class RpcMeter:
                 if b is not None and a is not None and a[0] > b[0] and a[1] >= b[1]:
                     self.seconds[name] = (a[1] - b[1]) / (a[0] - b[0]) / 1e6
                     self.measured.add(name)
+        return self.cost(rpcs)
+
+    def cost(self, rpcs: tuple[str, ...]) -> float:
+        """slurmctld seconds one read of ``rpcs`` cost when last measured (0 before that)."""
         return sum(self.seconds.get(r, 0.0) for r in rpcs)
 
     def measure(self, rpcs: tuple[str, ...], read: Callable[[], object]) -> float:

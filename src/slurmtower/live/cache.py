@@ -899,22 +899,27 @@ class SnapshotCache:
 
     async def _delta_round(self, worker: RefreshWorker, spec: OffloadSpec, entry: _Entry) -> tuple[Any, Any]:
         """One worker round of a resource read as deltas: (the round, the new value)."""
-        result = await worker.refresh(spec, full=entry.table is None)
-        delta = await asyncio.to_thread(pickle.loads, result.value)
-        if not delta.full and (entry.table is None or delta.base != entry.seq):
+        async def read(full: bool) -> tuple[Any, Any]:
+            result = await worker.refresh(spec, full=full)
+            return result, await asyncio.to_thread(pickle.loads, result.value)
+
+        def apart(delta: Any) -> bool:
+            return not delta.full and (entry.table is None or delta.base != entry.seq)
+
+        result, delta = await read(entry.table is None)
+        if apart(delta):
             # The worker and this process went apart (a round lost to a timeout; a recycled
             # worker that started from the table as it was before a round in flight was
             # applied). With a table here, the worker is told its lines by their hashes and
-            # sends what differs from them; without one, every row.
+            # sends what differs from them; without one (or a client that cannot resume),
+            # every row.
             log.info("refresh of %s: delta %d on %d, have %d: reading again%s", spec.resource, delta.seq,
                      delta.base, entry.seq, "" if entry.table is not None else " in full")
             if entry.table is not None:
                 worker.resume_queue(await asyncio.to_thread(entry.table.line_memo), entry.seq)
-                result = await worker.refresh(spec)
-                delta = await asyncio.to_thread(pickle.loads, result.value)
-            if not delta.full and (entry.table is None or delta.base != entry.seq):  # a client that cannot resume
-                result = await worker.refresh(spec, full=True)
-                delta = await asyncio.to_thread(pickle.loads, result.value)
+                result, delta = await read(False)
+            if apart(delta):
+                result, delta = await read(True)
         if delta.unchanged and entry.snapshot is not None:
             entry.seq = delta.seq
             return result, entry.snapshot.value
